@@ -1,0 +1,576 @@
+package mem
+
+import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/ustack-dev/ustack/link"
+)
+
+var (
+	_ stack.LinkEndpoint = (*Endpoint)(nil)
+	_ stack.GSOEndpoint  = (*Endpoint)(nil)
+	_ link.Reporter      = (*Endpoint)(nil)
+)
+
+// Endpoint is one end of an in-memory NIC pair. It is safe for concurrent
+// use. Its receive goroutine starts on the first Attach with a dispatcher
+// and is stopped and joined by Close.
+type Endpoint struct {
+	opts Options // immutable after Pair
+	name string  // "a" or "b", for messages
+
+	mtu atomic.Uint32
+
+	// tx is the ring this endpoint writes; the peer's goroutine drains it.
+	// rx is the ring the peer writes; this endpoint's goroutine drains it.
+	tx, rx *ring
+
+	dispatcher atomic.Pointer[dispatcherRef]
+
+	mu       sync.Mutex // guards the fields below
+	started  bool
+	closed   bool
+	onClose  func()
+	stop     chan struct{}
+	done     chan struct{}
+	receiver *receiver // owned by the receive goroutine until done is closed
+
+	rxPackets, rxBytes, rxRounds         atomic.Uint64
+	rxDetached, rxMalformed, rxClosed    atomic.Uint64
+	lost, duplicated, reordered, corrupt atomic.Uint64
+	delayed                              atomic.Uint64
+}
+
+// dispatcherRef boxes an interface so it can live in an atomic.Pointer.
+type dispatcherRef struct{ d stack.NetworkDispatcher }
+
+// ring is one direction of the pair: a bounded FIFO of packets written by
+// one endpoint and drained by the other's receive goroutine.
+type ring struct {
+	mu     sync.Mutex
+	pkts   []*stack.PacketBuffer // each holds one reference taken at write
+	stamps []int64               // enqueue times; only with a delay
+	head   int
+	n      int
+	closed bool // no more writes: the receiving endpoint is closed
+	parked bool // the receive goroutine sleeps until wake
+	wake   chan struct{}
+
+	// The writer's TX counters, updated under mu, which the writer holds
+	// anyway: no extra shared cache line per packet.
+	txPackets, txBytes, txCalls, txFull, txClosed uint64
+}
+
+func newRing(size int, stamps bool) *ring {
+	r := &ring{pkts: make([]*stack.PacketBuffer, size), wake: make(chan struct{}, 1)}
+	if stamps {
+		r.stamps = make([]int64, size)
+	}
+	return r
+}
+
+// Pair returns two connected endpoints: what one writes, the other
+// receives. A nil opts means DefaultOptions.
+func Pair(opts *Options) (*Endpoint, *Endpoint, error) {
+	o, err := opts.normalize()
+	if err != nil {
+		return nil, nil, err
+	}
+	delay := o.Impair.Delay > 0 || o.Impair.Jitter > 0
+	ab, ba := newRing(o.RingSize, delay), newRing(o.RingSize, delay)
+	a := &Endpoint{opts: o, name: "a", tx: ab, rx: ba}
+	b := &Endpoint{opts: o, name: "b", tx: ba, rx: ab}
+	for i, e := range []*Endpoint{a, b} {
+		e.mtu.Store(o.MTU)
+		e.stop = make(chan struct{})
+		e.done = make(chan struct{})
+		// Each direction gets its own fault sequence from the one seed.
+		e.receiver = newReceiver(e, o.Impair.Seed, uint64(i+1))
+	}
+	return a, b, nil
+}
+
+// MTU implements stack.LinkEndpoint.
+func (e *Endpoint) MTU() uint32 { return e.mtu.Load() }
+
+// SetMTU implements stack.LinkEndpoint. Values outside MinMTU..MaxMTU are
+// clamped into it.
+func (e *Endpoint) SetMTU(mtu uint32) {
+	e.mtu.Store(min(max(mtu, MinMTU), MaxMTU))
+}
+
+// MaxHeaderLength implements stack.LinkEndpoint: raw IP has no link header.
+func (*Endpoint) MaxHeaderLength() uint16 { return 0 }
+
+// LinkAddress implements stack.LinkEndpoint: raw IP has no link address.
+func (*Endpoint) LinkAddress() tcpip.LinkAddress { return "" }
+
+// SetLinkAddress implements stack.LinkEndpoint; raw IP has no link address,
+// so it does nothing.
+func (*Endpoint) SetLinkAddress(tcpip.LinkAddress) {}
+
+// Capabilities implements stack.LinkEndpoint.
+func (e *Endpoint) Capabilities() stack.LinkEndpointCapabilities {
+	if e.opts.ChecksumOffload {
+		return stack.CapabilityTXChecksumOffload | stack.CapabilityRXChecksumOffload
+	}
+	return stack.CapabilityNone
+}
+
+// GSOMaxSize implements stack.GSOEndpoint.
+func (e *Endpoint) GSOMaxSize() uint32 {
+	if e.opts.GSO {
+		return e.opts.GSOMaxSize
+	}
+	return 0
+}
+
+// SupportedGSO implements stack.GSOEndpoint: with GSO on, TCP hands the
+// link whole super-segments, as it would to a device with TSO.
+func (e *Endpoint) SupportedGSO() stack.SupportedGSO {
+	if e.opts.GSO {
+		return stack.HostGSOSupported
+	}
+	return stack.GSONotSupported
+}
+
+// ARPHardwareType implements stack.LinkEndpoint.
+func (*Endpoint) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareNone }
+
+// AddHeader implements stack.LinkEndpoint: raw IP adds none.
+func (*Endpoint) AddHeader(*stack.PacketBuffer) {}
+
+// ParseHeader implements stack.LinkEndpoint: raw IP has none to parse.
+func (*Endpoint) ParseHeader(*stack.PacketBuffer) bool { return true }
+
+// Attach implements stack.LinkEndpoint. The first Attach with a dispatcher
+// starts the receive goroutine. Attach(nil) detaches at once without
+// waiting: gVisor calls it holding the stack's lock, which a delivery in
+// progress may be waiting for. Packets that arrive while detached are
+// dropped and counted in RXDetached.
+func (e *Endpoint) Attach(d stack.NetworkDispatcher) {
+	if d == nil {
+		e.dispatcher.Store(nil)
+		return
+	}
+	e.dispatcher.Store(&dispatcherRef{d: d})
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.started && !e.closed {
+		e.started = true
+		go e.receiver.loop()
+	}
+}
+
+// IsAttached implements stack.LinkEndpoint.
+func (e *Endpoint) IsAttached() bool { return e.dispatcher.Load() != nil }
+
+// Wait implements stack.LinkEndpoint. It returns at once: gVisor calls it
+// holding the stack's lock, and the receive goroutine may be blocked on
+// that lock inside a delivery (an ICMP reply or a SYN-ACK looks up a
+// route). Close stops and joins the goroutine; gVisor's Stack.Wait calls
+// Close right after releasing its lock, so Stack.Destroy still returns with
+// the goroutine gone.
+func (*Endpoint) Wait() {}
+
+// SetOnCloseAction implements stack.LinkEndpoint.
+func (e *Endpoint) SetOnCloseAction(f func()) {
+	e.mu.Lock()
+	e.onClose = f
+	e.mu.Unlock()
+}
+
+// Close implements stack.LinkEndpoint. It runs the on-close action (which
+// removes the NIC from its stack), stops and joins the receive goroutine,
+// refuses further writes in both directions, and releases every packet
+// still queued towards this endpoint, counting them in RXClosed. Packets
+// this endpoint already wrote are still delivered to the peer. Close is
+// idempotent.
+func (e *Endpoint) Close() {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	e.closed = true
+	action := e.onClose
+	e.onClose = nil
+	started := e.started
+	e.mu.Unlock()
+
+	if action != nil {
+		action()
+	}
+	e.dispatcher.Store(nil)
+	close(e.stop)
+	if started {
+		<-e.done
+	}
+	e.tx.close()
+	released := e.rx.close()
+	released += e.receiver.releaseHeld()
+	e.rxClosed.Add(uint64(released))
+}
+
+// close refuses further writes and releases what the ring holds, returning
+// how many packets it released.
+func (r *ring) close() int {
+	r.mu.Lock()
+	r.closed = true
+	var pkts []*stack.PacketBuffer
+	for r.n > 0 {
+		pkts = append(pkts, r.pkts[r.head])
+		r.pkts[r.head] = nil
+		r.head = r.next(r.head)
+		r.n--
+	}
+	r.mu.Unlock()
+	for _, p := range pkts {
+		p.DecRef()
+	}
+	return len(pkts)
+}
+
+func (r *ring) next(i int) int {
+	if i++; i == len(r.pkts) {
+		return 0
+	}
+	return i
+}
+
+// WritePackets implements stack.LinkWriter. It queues as many packets as
+// the ring has room for, taking a reference to each; the caller keeps its
+// own references and the list. If the ring fills, it returns how many it
+// took and ErrNoBufferSpace, and the rest stay the caller's: that is
+// backpressure, counted in TXFull, never a drop. After Close it takes
+// nothing and returns ErrClosedForSend.
+func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	list := pkts.AsSlice()
+	if len(list) == 0 {
+		return 0, nil
+	}
+	e.opts.TXCost.spin(len(list))
+	var now int64
+	r := e.tx
+	if r.stamps != nil {
+		now = nanotime()
+	}
+	r.mu.Lock()
+	r.txCalls++
+	if r.closed {
+		r.txClosed += uint64(len(list))
+		r.mu.Unlock()
+		return 0, &tcpip.ErrClosedForSend{}
+	}
+	n, bytes := 0, 0
+	tail := r.head + r.n
+	if tail >= len(r.pkts) {
+		tail -= len(r.pkts)
+	}
+	for _, pkt := range list {
+		if r.n == len(r.pkts) {
+			break
+		}
+		r.pkts[tail] = pkt.IncRef()
+		if r.stamps != nil {
+			r.stamps[tail] = now
+		}
+		tail = r.next(tail)
+		bytes += pkt.Size()
+		r.n++
+		n++
+	}
+	r.txPackets += uint64(n)
+	r.txBytes += uint64(bytes)
+	refused := len(list) - n
+	r.txFull += uint64(refused)
+	wake := r.parked && n > 0
+	if wake {
+		r.parked = false
+	}
+	r.mu.Unlock()
+	if wake {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+	if refused > 0 {
+		return n, &tcpip.ErrNoBufferSpace{}
+	}
+	return n, nil
+}
+
+// LinkStats implements link.Reporter. Impairment counters are on the
+// receiving endpoint: they describe the wire towards it.
+func (e *Endpoint) LinkStats() link.Stats {
+	e.tx.mu.Lock()
+	s := link.Stats{
+		TXPackets: e.tx.txPackets,
+		TXBytes:   e.tx.txBytes,
+		TXCalls:   e.tx.txCalls,
+		TXFull:    e.tx.txFull,
+		TXClosed:  e.tx.txClosed,
+	}
+	e.tx.mu.Unlock()
+	s.RXPackets = e.rxPackets.Load()
+	s.RXBytes = e.rxBytes.Load()
+	s.RXRounds = e.rxRounds.Load()
+	s.RXDetached = e.rxDetached.Load()
+	s.RXMalformed = e.rxMalformed.Load()
+	s.RXClosed = e.rxClosed.Load()
+	s.ImpairLost = e.lost.Load()
+	s.ImpairDuplicated = e.duplicated.Load()
+	s.ImpairReordered = e.reordered.Load()
+	s.ImpairCorrupted = e.corrupt.Load()
+	s.ImpairDelayed = e.delayed.Load()
+	return s
+}
+
+// Backlog returns how many packets are queued towards this endpoint and
+// not yet delivered.
+func (e *Endpoint) Backlog() int {
+	e.rx.mu.Lock()
+	defer e.rx.mu.Unlock()
+	return e.rx.n
+}
+
+var epoch = time.Now()
+
+// nanotime is a monotonic clock in nanoseconds.
+func nanotime() int64 { return int64(time.Since(epoch)) }
+
+// receiver is the state of one endpoint's receive goroutine. Only that
+// goroutine touches it until Close has joined it.
+type receiver struct {
+	e     *Endpoint
+	r     *ring
+	batch []*stack.PacketBuffer
+	rng   *rand.Rand
+	im    Impairments
+
+	held    *stack.PacketBuffer // a packet held back by reordering
+	lastDue int64               // keeps jittered delays in order
+	headDue int64               // due time of the ring's head, once drawn
+	hasDue  bool
+	timer   *time.Timer
+}
+
+func newReceiver(e *Endpoint, seed, stream uint64) *receiver {
+	return &receiver{
+		e:     e,
+		r:     e.rx,
+		batch: make([]*stack.PacketBuffer, e.opts.BatchSize),
+		rng:   rand.New(rand.NewPCG(seed, stream)),
+		im:    e.opts.Impair,
+	}
+}
+
+// loop is the receive goroutine: it takes up to a batch from the ring,
+// delivers it, and parks when the ring is empty, like a NAPI poll loop.
+func (rc *receiver) loop() {
+	defer close(rc.e.done)
+	delayed := rc.r.stamps != nil
+	for {
+		k, wait := rc.take()
+		if k > 0 {
+			rc.deliverBatch(rc.batch[:k])
+			continue
+		}
+		// Nothing to deliver now: release a packet held for reordering
+		// rather than keep it indefinitely, then sleep.
+		if rc.held != nil {
+			rc.flushHeld(rc.dispatcher())
+			continue
+		}
+		var timeout <-chan time.Time
+		if delayed && wait > 0 {
+			if rc.timer == nil {
+				rc.timer = time.NewTimer(wait)
+			} else {
+				rc.timer.Reset(wait)
+			}
+			timeout = rc.timer.C
+		}
+		select {
+		case <-rc.r.wake:
+		case <-timeout:
+		case <-rc.e.stop:
+			if rc.timer != nil {
+				rc.timer.Stop()
+			}
+			return
+		}
+	}
+}
+
+// take moves up to a batch of due packets from the ring into rc.batch. If
+// none is due it returns 0 and how long until the head is due (0 when the
+// ring is empty, in which case it has marked the ring parked).
+func (rc *receiver) take() (int, time.Duration) {
+	r := rc.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := 0
+	var now int64
+	if r.stamps != nil && r.n > 0 {
+		now = nanotime()
+	}
+	for k < len(rc.batch) && r.n > 0 {
+		if r.stamps != nil {
+			due := rc.due(r.stamps[r.head])
+			if due > now {
+				if k == 0 {
+					return 0, time.Duration(due - now)
+				}
+				break
+			}
+			rc.hasDue = false
+		}
+		rc.batch[k] = r.pkts[r.head]
+		r.pkts[r.head] = nil
+		r.head = r.next(r.head)
+		r.n--
+		k++
+	}
+	if k == 0 {
+		r.parked = true
+	}
+	return k, 0
+}
+
+// due returns when the head packet, enqueued at stamp, may be delivered,
+// drawing its jitter once and never earlier than the packet before it.
+func (rc *receiver) due(stamp int64) int64 {
+	if !rc.hasDue {
+		d := stamp + int64(rc.im.Delay)
+		if rc.im.Jitter > 0 {
+			d += rc.rng.Int64N(int64(rc.im.Jitter))
+		}
+		rc.headDue = max(d, rc.lastDue)
+		rc.lastDue = rc.headDue
+		rc.hasDue = true
+	}
+	return rc.headDue
+}
+
+func (rc *receiver) dispatcher() stack.NetworkDispatcher {
+	if ref := rc.e.dispatcher.Load(); ref != nil {
+		return ref.d
+	}
+	return nil
+}
+
+// deliverBatch delivers one round and releases the ring's references.
+func (rc *receiver) deliverBatch(batch []*stack.PacketBuffer) {
+	d := rc.dispatcher()
+	impair := rc.im.Active()
+	for i, pkt := range batch {
+		if impair {
+			rc.impairOne(d, pkt)
+		} else {
+			rc.deliver(d, pkt)
+		}
+		pkt.DecRef()
+		batch[i] = nil
+	}
+	rc.e.rxRounds.Add(1)
+}
+
+// impairOne applies the configured faults to pkt and delivers what is left.
+func (rc *receiver) impairOne(d stack.NetworkDispatcher, pkt *stack.PacketBuffer) {
+	im := &rc.im
+	if im.Delay > 0 || im.Jitter > 0 {
+		rc.e.delayed.Add(1)
+	}
+	if im.Loss > 0 && rc.rng.Float64() < im.Loss {
+		rc.e.lost.Add(1)
+		return
+	}
+	if im.Reorder > 0 && rc.held == nil && rc.rng.Float64() < im.Reorder {
+		rc.held = pkt.IncRef()
+		rc.e.reordered.Add(1)
+		return
+	}
+	copies := 1
+	if im.Duplicate > 0 && rc.rng.Float64() < im.Duplicate {
+		copies = 2
+		rc.e.duplicated.Add(1)
+	}
+	for range copies {
+		if im.Corrupt > 0 && rc.rng.Float64() < im.Corrupt {
+			rc.deliverCorrupted(d, pkt)
+		} else {
+			rc.deliver(d, pkt)
+		}
+	}
+	rc.flushHeld(d)
+}
+
+// flushHeld delivers the packet held back for reordering, if any.
+func (rc *receiver) flushHeld(d stack.NetworkDispatcher) {
+	if rc.held == nil {
+		return
+	}
+	h := rc.held
+	rc.held = nil
+	rc.deliver(d, h)
+	h.DecRef()
+}
+
+// releaseHeld drops a held packet at Close and reports whether there was
+// one. Only called after the goroutine has stopped.
+func (rc *receiver) releaseHeld() int {
+	if rc.held == nil {
+		return 0
+	}
+	rc.held.DecRef()
+	rc.held = nil
+	return 1
+}
+
+// deliver hands a fresh inbound packet with pkt's bytes to d. The bytes
+// are shared, not copied: gVisor copies a shared chunk before it writes.
+func (rc *receiver) deliver(d stack.NetworkDispatcher, pkt *stack.PacketBuffer) {
+	rc.deliverPayload(d, pkt.NetworkProtocolNumber, pkt.ToBuffer(), pkt.Size())
+}
+
+// deliverCorrupted delivers a private copy of pkt with one bit flipped: the
+// sender's buffer (which TCP may retransmit) stays intact.
+func (rc *receiver) deliverCorrupted(d stack.NetworkDispatcher, pkt *stack.PacketBuffer) {
+	b := pkt.ToBuffer()
+	data := b.Flatten()
+	b.Release()
+	if len(data) > 0 {
+		bit := rc.rng.IntN(len(data) * 8)
+		data[bit/8] ^= 1 << (bit % 8)
+	}
+	rc.e.corrupt.Add(1)
+	rc.deliverPayload(d, pkt.NetworkProtocolNumber, buffer.MakeWithData(data), len(data))
+}
+
+func (rc *receiver) deliverPayload(d stack.NetworkDispatcher, proto tcpip.NetworkProtocolNumber, payload buffer.Buffer, size int) {
+	switch {
+	case d == nil:
+		payload.Release()
+		rc.e.rxDetached.Add(1)
+		return
+	case proto != header.IPv4ProtocolNumber && proto != header.IPv6ProtocolNumber:
+		payload.Release()
+		rc.e.rxMalformed.Add(1)
+		return
+	}
+	np := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: payload})
+	rc.e.rxPackets.Add(1)
+	rc.e.rxBytes.Add(uint64(size))
+	d.DeliverNetworkPacket(proto, np)
+	np.DecRef()
+}

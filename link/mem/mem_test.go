@@ -1,0 +1,462 @@
+package mem
+
+import (
+	"encoding/binary"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/ustack-dev/ustack/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+// sink is a NetworkDispatcher that records what it is given.
+type sink struct {
+	mu     sync.Mutex
+	got    [][]byte
+	at     []time.Time
+	protos []tcpip.NetworkProtocolNumber
+	cond   *sync.Cond
+}
+
+func newSink() *sink {
+	s := &sink{}
+	s.cond = sync.NewCond(&s.mu)
+	return s
+}
+
+func (s *sink) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	b := pkt.ToBuffer()
+	data := b.Flatten()
+	b.Release()
+	s.mu.Lock()
+	s.got = append(s.got, data)
+	s.at = append(s.at, time.Now())
+	s.protos = append(s.protos, proto)
+	s.cond.Broadcast()
+	s.mu.Unlock()
+}
+
+func (*sink) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {}
+
+// wait blocks until n packets have arrived and returns them.
+func (s *sink) wait(t *testing.T, n int) [][]byte {
+	t.Helper()
+	deadline := time.AfterFunc(20*time.Second, func() {
+		s.mu.Lock()
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	})
+	defer deadline.Stop()
+	start := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.got) < n {
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("got %d packets, want %d", len(s.got), n)
+		}
+		s.cond.Wait()
+	}
+	return append([][]byte(nil), s.got...)
+}
+
+func (s *sink) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.got)
+}
+
+// packet builds an IPv4-numbered packet whose payload carries seq.
+func packet(seq uint32, size int) *stack.PacketBuffer {
+	data := make([]byte, max(size, 8))
+	data[0] = 0x45
+	binary.BigEndian.PutUint32(data[4:], seq)
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(data)})
+	pkt.NetworkProtocolNumber = header.IPv4ProtocolNumber
+	return pkt
+}
+
+// write writes the packets with seqs from..to-1 in one call and returns
+// how many the link took. The caller's references are released.
+func write(e *Endpoint, from, to uint32) (int, tcpip.Error) {
+	var l stack.PacketBufferList
+	for i := from; i < to; i++ {
+		l.PushBack(packet(i, 64))
+	}
+	n, err := e.WritePackets(l)
+	l.DecRef()
+	return n, err
+}
+
+func seqOf(b []byte) uint32 { return binary.BigEndian.Uint32(b[4:]) }
+
+func pair(t *testing.T, o *Options) (*Endpoint, *Endpoint) {
+	t.Helper()
+	a, b, err := Pair(o)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		a.Close()
+		b.Close()
+	})
+	return a, b
+}
+
+func TestBackpressureNotDrop(t *testing.T) {
+	o := DefaultOptions()
+	o.RingSize = 4
+	a, b := pair(t, &o)
+	// b is not attached, so nothing drains the ring.
+	n, err := write(a, 0, 6)
+	require.Equal(t, 4, n)
+	require.IsType(t, &tcpip.ErrNoBufferSpace{}, err)
+	st := a.LinkStats()
+	require.Equal(t, uint64(4), st.TXPackets)
+	require.Equal(t, uint64(2), st.TXFull)
+	require.Equal(t, uint64(1), st.TXCalls)
+	require.Equal(t, 4, b.Backlog())
+
+	s := newSink()
+	b.Attach(s)
+	got := s.wait(t, 4)
+	for i, p := range got {
+		require.Equal(t, uint32(i), seqOf(p))
+	}
+	// The refused two are the writer's to retry.
+	n, err = write(a, 4, 6)
+	require.Equal(t, 2, n)
+	require.Nil(t, err)
+	s.wait(t, 6)
+	require.Equal(t, uint64(6), b.LinkStats().RXPackets)
+}
+
+func TestOrderAndBatching(t *testing.T) {
+	a, b := pair(t, nil)
+	s := newSink()
+	b.Attach(s)
+	const total = 5000
+	for i := uint32(0); i < total; {
+		n, _ := write(a, i, min(i+32, total))
+		i += uint32(n)
+		if n == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	got := s.wait(t, total)
+	for i, p := range got {
+		require.Equal(t, uint32(i), seqOf(p))
+	}
+	st := b.LinkStats()
+	require.Equal(t, uint64(total), st.RXPackets)
+	require.LessOrEqual(t, st.RXRounds, uint64(total))
+	require.GreaterOrEqual(t, st.RXRounds, uint64(total/DefaultBatchSize))
+}
+
+func TestConcurrentWritersConserveAndOrder(t *testing.T) {
+	o := DefaultOptions()
+	o.RingSize = 16
+	o.BatchSize = 4
+	a, b := pair(t, &o)
+	s := newSink()
+	b.Attach(s)
+	const writers, each = 8, 2000
+	var wg sync.WaitGroup
+	refused := 0
+	var mu sync.Mutex
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			base := uint32(w) << 24
+			for i := uint32(0); i < each; {
+				n, err := write(a, base+i, base+min(i+3, each))
+				i += uint32(n)
+				if err != nil {
+					mu.Lock()
+					refused++
+					mu.Unlock()
+					time.Sleep(10 * time.Microsecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	got := s.wait(t, writers*each)
+	next := make(map[uint32]uint32)
+	for _, p := range got {
+		seq := seqOf(p)
+		w, i := seq>>24, seq&0xffffff
+		require.Equal(t, next[w], i, "writer %d out of order", w)
+		next[w] = i + 1
+	}
+	as, bs := a.LinkStats(), b.LinkStats()
+	require.Equal(t, uint64(writers*each), as.TXPackets)
+	require.Equal(t, as.TXPackets, bs.RXPackets)
+	require.Positive(t, refused, "a 16-packet ring must have pushed back")
+	require.Positive(t, as.TXFull)
+}
+
+func TestCloseReleasesAndRefuses(t *testing.T) {
+	a, b := pair(t, nil)
+	n, err := write(a, 0, 3)
+	require.Equal(t, 3, n)
+	require.Nil(t, err)
+	b.Close()
+	require.Equal(t, uint64(3), b.LinkStats().RXClosed)
+	n, err = write(a, 3, 5)
+	require.Zero(t, n)
+	require.IsType(t, &tcpip.ErrClosedForSend{}, err)
+	require.Equal(t, uint64(2), a.LinkStats().TXClosed)
+	// b's own writes fail too.
+	n, err = write(b, 0, 1)
+	require.Zero(t, n)
+	require.IsType(t, &tcpip.ErrClosedForSend{}, err)
+	b.Close() // idempotent
+}
+
+func TestCloseRunsActionOnce(t *testing.T) {
+	a, _ := pair(t, nil)
+	calls := 0
+	a.SetOnCloseAction(func() {
+		calls++
+		a.Close() // gVisor's RemoveNIC closes the endpoint again
+	})
+	a.Attach(newSink())
+	a.Close()
+	a.Close()
+	require.Equal(t, 1, calls)
+	require.False(t, a.IsAttached())
+}
+
+func TestDetachedCounts(t *testing.T) {
+	a, b := pair(t, nil)
+	s := newSink()
+	b.Attach(s)
+	write(a, 0, 1)
+	s.wait(t, 1)
+	b.Attach(nil)
+	write(a, 1, 3)
+	require.Eventually(t, func() bool { return b.LinkStats().RXDetached == 2 }, 10*time.Second, time.Millisecond)
+	require.Equal(t, 1, s.count())
+}
+
+func TestImpairments(t *testing.T) {
+	const total = 200
+	for _, tc := range []struct {
+		name  string
+		im    Impairments
+		check func(t *testing.T, got [][]byte, st func() uint64)
+		want  int
+	}{
+		{"loss all", Impairments{Loss: 1}, nil, 0},
+		{"duplicate all", Impairments{Duplicate: 1}, func(t *testing.T, got [][]byte, _ func() uint64) {
+			for i, p := range got {
+				require.Equal(t, uint32(i/2), seqOf(p))
+			}
+		}, 2 * total},
+		{"reorder all", Impairments{Reorder: 1}, func(t *testing.T, got [][]byte, _ func() uint64) {
+			// Every other packet is held and sent after its successor.
+			for i := 0; i < total; i += 2 {
+				require.Equal(t, uint32(i+1), seqOf(got[i]))
+				require.Equal(t, uint32(i), seqOf(got[i+1]))
+			}
+		}, total},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := DefaultOptions()
+			o.Impair = tc.im
+			a, b := pair(t, &o)
+			s := newSink()
+			b.Attach(s)
+			for i := uint32(0); i < total; i++ {
+				n, _ := write(a, i, i+1)
+				require.Equal(t, 1, n)
+			}
+			got := s.wait(t, tc.want)
+			if tc.want == 0 {
+				require.Eventually(t, func() bool { return b.LinkStats().ImpairLost == total }, 10*time.Second, time.Millisecond)
+				require.Zero(t, s.count())
+				return
+			}
+			require.Len(t, got, tc.want)
+			tc.check(t, got, nil)
+		})
+	}
+}
+
+func TestCorruptionFlipsOneBitOfACopy(t *testing.T) {
+	o := DefaultOptions()
+	o.ChecksumOffload = false
+	o.Impair = Impairments{Corrupt: 1, Seed: 9}
+	a, b := pair(t, &o)
+	s := newSink()
+	b.Attach(s)
+	sent := packet(1, 256)
+	want := sent.ToBuffer()
+	orig := want.Flatten()
+	want.Release()
+	var l stack.PacketBufferList
+	l.PushBack(sent)
+	n, _ := a.WritePackets(l)
+	require.Equal(t, 1, n)
+	got := s.wait(t, 1)[0]
+	diff := 0
+	for i := range orig {
+		for x := orig[i] ^ got[i]; x != 0; x &= x - 1 {
+			diff++
+		}
+	}
+	require.Equal(t, 1, diff, "exactly one bit flipped")
+	after := sent.ToBuffer()
+	require.Equal(t, orig, after.Flatten(), "the sender's buffer is untouched")
+	after.Release()
+	sent.DecRef()
+}
+
+func TestSeededLossIsDeterministic(t *testing.T) {
+	run := func() []uint32 {
+		o := DefaultOptions()
+		o.Impair = Impairments{Loss: 0.3, Seed: 42}
+		a, b, err := Pair(&o)
+		require.NoError(t, err)
+		defer a.Close()
+		defer b.Close()
+		s := newSink()
+		b.Attach(s)
+		for i := uint32(0); i < 300; i++ {
+			write(a, i, i+1)
+		}
+		require.Eventually(t, func() bool {
+			st := b.LinkStats()
+			return st.RXPackets+st.ImpairLost == 300
+		}, 10*time.Second, time.Millisecond)
+		var seqs []uint32
+		for _, p := range s.wait(t, 0) {
+			seqs = append(seqs, seqOf(p))
+		}
+		return seqs
+	}
+	first := run()
+	require.Less(t, len(first), 300)
+	require.Greater(t, len(first), 100)
+	require.Equal(t, first, run())
+}
+
+func TestDelayHoldsPacketsInOrder(t *testing.T) {
+	o := DefaultOptions()
+	o.Impair = Impairments{Delay: 20 * time.Millisecond, Jitter: 10 * time.Millisecond, Seed: 1}
+	a, b := pair(t, &o)
+	s := newSink()
+	b.Attach(s)
+	var sentAt []time.Time
+	for i := uint32(0); i < 20; i++ {
+		sentAt = append(sentAt, time.Now())
+		write(a, i, i+1)
+	}
+	got := s.wait(t, 20)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, p := range got {
+		require.Equal(t, uint32(i), seqOf(p), "jitter must not reorder")
+		// A lower bound, not a speed: the link may never deliver early.
+		require.GreaterOrEqual(t, s.at[i].Sub(sentAt[i]), o.Impair.Delay)
+	}
+	require.Equal(t, uint64(20), b.LinkStats().ImpairDelayed)
+}
+
+func TestOptionsValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Options)
+		want string
+	}{
+		{"mtu too small", func(o *Options) { o.MTU = 500 }, "MTU"},
+		{"mtu too large", func(o *Options) { o.MTU = 70000 }, "MTU"},
+		{"negative ring", func(o *Options) { o.RingSize = -1 }, "ring"},
+		{"negative batch", func(o *Options) { o.BatchSize = -1 }, "batch"},
+		{"gso without offload", func(o *Options) { o.GSO = true; o.ChecksumOffload = false }, "checksum offload"},
+		{"corrupt with offload", func(o *Options) { o.Impair.Corrupt = 0.1 }, "checksum offload off"},
+		{"loss over 1", func(o *Options) { o.Impair.Loss = 2 }, "loss"},
+		{"negative cost", func(o *Options) { o.TXCost.Call = -1 }, "TX cost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := DefaultOptions()
+			tc.mod(&o)
+			_, _, err := Pair(&o)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	a, b, err := Pair(&Options{MTU: 9000})
+	require.NoError(t, err)
+	require.Equal(t, uint32(9000), a.MTU())
+	require.Zero(t, a.Capabilities(), "booleans in a non-nil Options are taken as given")
+	a.Close()
+	b.Close()
+}
+
+func TestParseTXCost(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want TXCost
+		err  bool
+	}{
+		{"2us,100ns", TXCost{2 * time.Microsecond, 100 * time.Nanosecond}, false},
+		{"1ms", TXCost{Call: time.Millisecond}, false},
+		{" 0 , 0 ", TXCost{}, false},
+		{"2us,", TXCost{}, true},
+		{"fast", TXCost{}, true},
+		{"-1us,0", TXCost{}, true},
+	} {
+		got, err := ParseTXCost(tc.in)
+		if tc.err {
+			require.Error(t, err, tc.in)
+			continue
+		}
+		require.NoError(t, err, tc.in)
+		require.Equal(t, tc.want, got, tc.in)
+		again, err := ParseTXCost(got.String())
+		require.NoError(t, err)
+		require.Equal(t, got, again, "String round-trips")
+	}
+}
+
+func TestParseImpairments(t *testing.T) {
+	im, err := ParseImpairments("loss=5%,dup=0.01,reorder=1%,corrupt=0.1%,delay=1ms,jitter=100us,seed=42")
+	require.NoError(t, err)
+	require.InDelta(t, 0.05, im.Loss, 1e-12)
+	require.InDelta(t, 0.01, im.Duplicate, 1e-12)
+	require.InDelta(t, 0.01, im.Reorder, 1e-12)
+	require.InDelta(t, 0.001, im.Corrupt, 1e-12)
+	require.Equal(t, time.Millisecond, im.Delay)
+	require.Equal(t, 100*time.Microsecond, im.Jitter)
+	require.Equal(t, uint64(42), im.Seed)
+	again, err := ParseImpairments(im.String())
+	require.NoError(t, err)
+	require.Equal(t, im, again)
+
+	for _, bad := range []string{"loss", "loss=150%", "loss=x", "wobble=1%", "delay=soon", "seed=-1"} {
+		_, err := ParseImpairments(bad)
+		require.Error(t, err, bad)
+	}
+	none, err := ParseImpairments("none")
+	require.NoError(t, err)
+	require.False(t, none.Active())
+	require.Equal(t, "none", none.String())
+}
+
+func TestTXCostIsCharged(t *testing.T) {
+	// The cost is charged to the writer; assert the mechanism ran (a lower
+	// bound), not how fast anything is.
+	o := DefaultOptions()
+	o.TXCost = TXCost{Call: 2 * time.Millisecond}
+	a, _ := pair(t, &o)
+	start := time.Now()
+	write(a, 0, 1)
+	require.GreaterOrEqual(t, time.Since(start), 2*time.Millisecond)
+}

@@ -1,0 +1,49 @@
+package link
+
+// Stats is a snapshot of one link endpoint's counters. Every packet handed
+// to or taken from the endpoint is in exactly one of them: transmitted,
+// refused back to the writer (with its reason), delivered, or dropped (with
+// its reason). Impairment counters say what fault injection did on top.
+type Stats struct {
+	// TXPackets and TXBytes count packets the endpoint accepted for
+	// transmission (WritePackets returned them as written).
+	TXPackets, TXBytes uint64
+	// TXCalls counts WritePackets calls: TXPackets/TXCalls is the mean
+	// batch the writer achieved.
+	TXCalls uint64
+	// TXFull counts packets refused because the device queue was full. They
+	// were returned to the writer (the qdisc requeues them, or the caller
+	// sees ErrNoBufferSpace); they were never accepted, so never lost.
+	TXFull uint64
+	// TXClosed counts packets refused because the endpoint or its peer was
+	// closed.
+	TXClosed uint64
+
+	// RXPackets and RXBytes count packets delivered to the attached stack.
+	RXPackets, RXBytes uint64
+	// RXRounds counts receive rounds (one per batch delivered, like a NAPI
+	// poll): RXPackets/RXRounds is the mean receive batch.
+	RXRounds uint64
+	// RXDetached counts accepted packets dropped because no stack was
+	// attached when they arrived.
+	RXDetached uint64
+	// RXMalformed counts accepted packets dropped because they were not
+	// IPv4 or IPv6.
+	RXMalformed uint64
+	// RXClosed counts accepted packets still queued when the endpoint was
+	// closed, and released without delivery.
+	RXClosed uint64
+
+	// ImpairLost, ImpairDuplicated, ImpairReordered, ImpairCorrupted and
+	// ImpairDelayed count what fault injection did to accepted packets.
+	// Lost packets are dropped on purpose; the others are still delivered.
+	ImpairLost, ImpairDuplicated, ImpairReordered, ImpairCorrupted, ImpairDelayed uint64
+}
+
+// Reporter is implemented by link endpoints that keep Stats. Package stack
+// finds it by type assertion on each NIC's endpoint.
+type Reporter interface {
+	// LinkStats returns a snapshot of the endpoint's counters. It is safe to
+	// call from any goroutine at any time, including after Close.
+	LinkStats() Stats
+}
