@@ -1,0 +1,251 @@
+package stack
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+	"gvisor.dev/gvisor/pkg/waiter"
+)
+
+// ListenBacklog is the accept queue length of ListenTCP: 4096 is Linux's
+// default net.core.somaxconn since 5.4, which Go's net uses as its backlog.
+const ListenBacklog = 4096
+
+// netError translates a gVisor error into a Go error once, at the net.Conn
+// boundary: the errno where one matches, so that errors.Is(err,
+// syscall.ECONNREFUSED) works as it does for the kernel's sockets.
+func netError(err tcpip.Error) error {
+	switch err.(type) {
+	case *tcpip.ErrConnectionRefused:
+		return syscall.ECONNREFUSED
+	case *tcpip.ErrConnectionReset:
+		return syscall.ECONNRESET
+	case *tcpip.ErrConnectionAborted:
+		return syscall.ECONNABORTED
+	case *tcpip.ErrTimeout:
+		return syscall.ETIMEDOUT
+	case *tcpip.ErrPortInUse:
+		return syscall.EADDRINUSE
+	case *tcpip.ErrBadLocalAddress:
+		return syscall.EADDRNOTAVAIL
+	case *tcpip.ErrHostUnreachable, *tcpip.ErrHostDown:
+		return syscall.EHOSTUNREACH
+	case *tcpip.ErrNetworkUnreachable, *tcpip.ErrNoNet:
+		return syscall.ENETUNREACH
+	case *tcpip.ErrNoBufferSpace:
+		return syscall.ENOBUFS
+	case *tcpip.ErrInvalidEndpointState:
+		return syscall.EINVAL
+	case *tcpip.ErrClosedForSend, *tcpip.ErrClosedForReceive:
+		return net.ErrClosed
+	}
+	return errors.New(err.String())
+}
+
+func opError(op, network string, addr netip.AddrPort, err error) *net.OpError {
+	var a net.Addr
+	if addr.IsValid() {
+		if network == "udp" {
+			a = net.UDPAddrFromAddrPort(addr)
+		} else {
+			a = net.TCPAddrFromAddrPort(addr)
+		}
+	}
+	return &net.OpError{Op: op, Net: network, Addr: a, Err: err}
+}
+
+func fullAddress(ap netip.AddrPort) tcpip.FullAddress {
+	fa := tcpip.FullAddress{Port: ap.Port()}
+	if a := ap.Addr().Unmap(); !a.IsUnspecified() {
+		fa.Addr = toTCPIP(a)
+	}
+	return fa
+}
+
+// DialTCP connects to addr. The returned net.Conn is a *gonet.TCPConn, so
+// CloseWrite and CloseRead are available by type assertion. Errors are
+// *net.OpError.
+func (s *Stack) DialTCP(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
+	if !addr.IsValid() || addr.Addr().Unmap().IsUnspecified() || addr.Port() == 0 {
+		return nil, opError("dial", "tcp", addr, errors.New("need a specified address and a non-zero port"))
+	}
+	if err := s.live(); err != nil {
+		return nil, opError("dial", "tcp", addr, err)
+	}
+	var wq waiter.Queue
+	ep, terr := s.s.NewEndpoint(tcp.ProtocolNumber, protocolOf(addr.Addr()), &wq)
+	if terr != nil {
+		return nil, opError("dial", "tcp", addr, netError(terr))
+	}
+	entry, ready := waiter.NewChannelEntry(waiter.WritableEvents)
+	wq.EventRegister(&entry)
+	defer wq.EventUnregister(&entry)
+	terr = ep.Connect(fullAddress(addr))
+	if _, started := terr.(*tcpip.ErrConnectStarted); started {
+		select {
+		case <-ctx.Done():
+			ep.Close()
+			return nil, opError("dial", "tcp", addr, ctx.Err())
+		case <-ready:
+		}
+		terr = ep.LastError()
+	}
+	if terr != nil {
+		ep.Close()
+		return nil, opError("dial", "tcp", addr, netError(terr))
+	}
+	return gonet.NewTCPConn(&wq, ep), nil
+}
+
+// ListenTCP listens on addr; an unspecified address listens on all of the
+// stack's addresses of that IP version (for [::], of both versions).
+func (s *Stack) ListenTCP(addr netip.AddrPort) (net.Listener, error) {
+	if !addr.IsValid() {
+		return nil, opError("listen", "tcp", addr, errors.New("no address given"))
+	}
+	if err := s.live(); err != nil {
+		return nil, opError("listen", "tcp", addr, err)
+	}
+	var wq waiter.Queue
+	ep, terr := s.s.NewEndpoint(tcp.ProtocolNumber, protocolOf(addr.Addr()), &wq)
+	if terr != nil {
+		return nil, opError("listen", "tcp", addr, netError(terr))
+	}
+	if terr := ep.Bind(fullAddress(addr)); terr != nil {
+		ep.Close()
+		return nil, opError("listen", "tcp", addr, netError(terr))
+	}
+	if terr := ep.Listen(ListenBacklog); terr != nil {
+		ep.Close()
+		return nil, opError("listen", "tcp", addr, netError(terr))
+	}
+	return gonet.NewTCPListener(s.s, &wq, ep), nil
+}
+
+// DialUDP returns a UDP socket bound to laddr (any address and port if
+// laddr is the zero value) and connected to raddr. The returned conn is a
+// *gonet.UDPConn, which is also a net.PacketConn.
+func (s *Stack) DialUDP(laddr, raddr netip.AddrPort) (net.Conn, error) {
+	if !raddr.IsValid() || raddr.Addr().Unmap().IsUnspecified() || raddr.Port() == 0 {
+		return nil, opError("dial", "udp", raddr, errors.New("need a specified address and a non-zero port"))
+	}
+	if laddr.IsValid() && laddr.Addr().Unmap().Is4() != raddr.Addr().Unmap().Is4() {
+		return nil, opError("dial", "udp", raddr, fmt.Errorf("local address %v is of another IP version", laddr))
+	}
+	return s.udp("dial", laddr, raddr, protocolOf(raddr.Addr()))
+}
+
+// ListenUDP returns an unconnected UDP socket bound to laddr.
+func (s *Stack) ListenUDP(laddr netip.AddrPort) (net.PacketConn, error) {
+	if !laddr.IsValid() {
+		return nil, opError("listen", "udp", laddr, errors.New("no address given"))
+	}
+	return s.udp("listen", laddr, netip.AddrPort{}, protocolOf(laddr.Addr()))
+}
+
+func (s *Stack) udp(op string, laddr, raddr netip.AddrPort, proto tcpip.NetworkProtocolNumber) (*gonet.UDPConn, error) {
+	if err := s.live(); err != nil {
+		return nil, opError(op, "udp", laddr, err)
+	}
+	var wq waiter.Queue
+	ep, terr := s.s.NewEndpoint(udp.ProtocolNumber, proto, &wq)
+	if terr != nil {
+		return nil, opError(op, "udp", laddr, netError(terr))
+	}
+	if s.udpRecvErr {
+		ep.SocketOptions().SetIPv4RecvError(true)
+		ep.SocketOptions().SetIPv6RecvError(true)
+	}
+	if laddr.IsValid() {
+		if terr := ep.Bind(fullAddress(laddr)); terr != nil {
+			ep.Close()
+			return nil, opError(op, "udp", laddr, netError(terr))
+		}
+	}
+	if raddr.IsValid() {
+		if terr := ep.Connect(fullAddress(raddr)); terr != nil {
+			ep.Close()
+			return nil, opError(op, "udp", raddr, netError(terr))
+		}
+	}
+	return gonet.NewUDPConn(&wq, ep), nil
+}
+
+// Ping sends one ICMP echo request with payload to dst and waits for the
+// matching reply or for ctx to end. It returns the round-trip time.
+func (s *Stack) Ping(ctx context.Context, dst netip.Addr, payload []byte) (time.Duration, error) {
+	dst = dst.Unmap()
+	if !dst.IsValid() || dst.IsUnspecified() {
+		return 0, &net.OpError{Op: "ping", Net: "ip", Err: errors.New("need a specified address")}
+	}
+	target := &net.IPAddr{IP: dst.AsSlice()}
+	fail := func(err error) (time.Duration, error) {
+		return 0, &net.OpError{Op: "ping", Net: "ip", Addr: target, Err: err}
+	}
+	if err := s.live(); err != nil {
+		return fail(err)
+	}
+	proto, netProto := icmp.ProtocolNumber4, protocolOf(dst)
+	echo, reply := uint8(header.ICMPv4Echo), uint8(header.ICMPv4EchoReply)
+	if dst.Is6() {
+		proto = icmp.ProtocolNumber6
+		echo, reply = uint8(header.ICMPv6EchoRequest), uint8(header.ICMPv6EchoReply)
+	}
+	var wq waiter.Queue
+	ep, terr := s.s.NewEndpoint(proto, netProto, &wq)
+	if terr != nil {
+		return fail(netError(terr))
+	}
+	defer ep.Close()
+	entry, readable := waiter.NewChannelEntry(waiter.ReadableEvents)
+	wq.EventRegister(&entry)
+	defer wq.EventUnregister(&entry)
+
+	// The endpoint fills in the identifier (its port) and the checksum;
+	// the sequence number tells our reply from stale ones.
+	const seq = 1
+	msg := make([]byte, header.ICMPv4MinimumSize+len(payload))
+	msg[0] = echo
+	binary.BigEndian.PutUint16(msg[6:], seq)
+	copy(msg[header.ICMPv4MinimumSize:], payload)
+	start := time.Now()
+	r := bytes.NewReader(msg)
+	to := tcpip.FullAddress{Addr: toTCPIP(dst)}
+	if _, terr := ep.Write(r, tcpip.WriteOptions{To: &to}); terr != nil {
+		return fail(netError(terr))
+	}
+	buf := make([]byte, len(msg)+64)
+	for {
+		w := tcpip.SliceWriter(buf)
+		res, terr := ep.Read(&w, tcpip.ReadOptions{})
+		if _, wait := terr.(*tcpip.ErrWouldBlock); wait {
+			select {
+			case <-ctx.Done():
+				return fail(ctx.Err())
+			case <-readable:
+			}
+			continue
+		}
+		if terr != nil {
+			return fail(netError(terr))
+		}
+		got := buf[:res.Count]
+		if len(got) >= header.ICMPv4MinimumSize && got[0] == reply &&
+			binary.BigEndian.Uint16(got[6:]) == seq && string(got[header.ICMPv4MinimumSize:]) == string(payload) {
+			return time.Since(start), nil
+		}
+	}
+}

@@ -1,0 +1,10 @@
+// Package stack builds a ready ustack host: a gVisor network stack with
+// IPv4, IPv6, ARP, ICMPv4/v6, TCP and UDP, NICs over any link endpoint with
+// a queueing discipline chosen by name (package sched), addresses, routes,
+// TCP tuned as documented on TCPOptions, and Go's net interfaces on top
+// (net.Conn, net.Listener, net.PacketConn through gVisor's gonet).
+//
+// Stats returns one snapshot of everything the host counts: gVisor's
+// counters and those of our links. Close stops every goroutine the host
+// started and releases every packet it held.
+package stack

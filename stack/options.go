@@ -1,0 +1,123 @@
+package stack
+
+import (
+	"fmt"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+)
+
+// Options configures New. A nil *Options means the defaults.
+type Options struct {
+	// TCP tunes TCP; nil means DefaultTCPOptions.
+	TCP *TCPOptions
+	// Forwarding turns on IPv4 and IPv6 forwarding between NICs, for hosts
+	// that route (a gateway, a VPN endpoint).
+	Forwarding bool
+	// UDPRecvErr sets IP_RECVERR (and IPV6_RECVERR) on every UDP socket the
+	// stack makes, so that a datagram refused by a full NIC queue fails its
+	// write with ENOBUFS and the writer can retry. Off by default, as in
+	// Linux, where such a datagram is dropped and the write still succeeds;
+	// the drop is counted either way (NICs.TxPacketsDroppedNoBufferSpace).
+	// With it on, ICMP errors also queue on the socket's error queue.
+	UDPRecvErr bool
+}
+
+// TCPOptions are the stack-wide TCP settings. gVisor's own defaults are
+// what users of its peer projects (Tailscale, sing-tun, runsc) most often
+// had to change; ours are spelled out here with their reasons, and set
+// explicitly, so a gVisor upgrade cannot change them behind our back.
+type TCPOptions struct {
+	// SACK turns on selective acknowledgements (RFC 2018). Without them a
+	// single loss in a large window costs a retransmission timeout or a
+	// slow, one-hole-per-RTT recovery. Default on, as in Linux.
+	SACK bool
+	// CongestionControl is "cubic" or "reno". Default "cubic", Linux's
+	// default; gVisor's stack defaults to reno, which grows the window too
+	// slowly on high bandwidth-delay paths.
+	CongestionControl string
+	// RACK uses RACK-TLP (RFC 8985) for loss detection: time-based, robust
+	// to reordering. Default on, as in Linux since 4.18.
+	RACK bool
+	// ModerateReceiveBuffer grows each connection's receive buffer with the
+	// measured bandwidth-delay product (Linux's tcp_moderate_rcvbuf) instead
+	// of fixing it at ReceiveBuffer.Default. Default on.
+	ModerateReceiveBuffer bool
+	// Nagle delays small writes while data is unacknowledged. Default off,
+	// as Go's net package sets TCP_NODELAY on every connection: request and
+	// response protocols otherwise stall on delayed ACKs.
+	Nagle bool
+	// MinRTO is the floor of the retransmission timeout. Default 200 ms,
+	// as in Linux and gVisor; on in-process or datacenter links with
+	// sub-millisecond round trips a lower floor (Linux's per-route rto_min)
+	// shortens the stall after a lost retransmission.
+	MinRTO time.Duration
+	// SendBuffer and ReceiveBuffer bound the per-connection buffers in
+	// bytes. Default 4 KiB / 1 MiB / 8 MiB for both: gVisor caps them at
+	// 4 MiB, which limits one connection to 4 MiB per round trip (3.2
+	// Gbit/s at 10 ms), the ceiling Tailscale's users hit; 8 MiB is the
+	// largest Linux's default tcp_rmem/tcp_wmem maxima on current kernels
+	// and is only a limit, not an allocation.
+	SendBuffer, ReceiveBuffer BufferRange
+}
+
+// BufferRange is a buffer size range in bytes: the smallest a buffer may
+// be set to, the size new connections start with, and the largest it may
+// grow to.
+type BufferRange struct {
+	Min, Default, Max int
+}
+
+// DefaultTCPOptions returns the TCP settings a nil Options.TCP stands for.
+func DefaultTCPOptions() TCPOptions {
+	return TCPOptions{
+		SACK:                  true,
+		CongestionControl:     "cubic",
+		RACK:                  true,
+		ModerateReceiveBuffer: true,
+		MinRTO:                200 * time.Millisecond,
+		SendBuffer:            BufferRange{Min: tcp.MinBufferSize, Default: 1 << 20, Max: 8 << 20},
+		ReceiveBuffer:         BufferRange{Min: tcp.MinBufferSize, Default: 1 << 20, Max: 8 << 20},
+	}
+}
+
+func (b BufferRange) check(what string) error {
+	if b.Min < tcp.MinBufferSize || b.Default < b.Min || b.Max < b.Default {
+		return fmt.Errorf("TCP %s buffer %d/%d/%d: want %d <= min <= default <= max", what, b.Min, b.Default, b.Max, tcp.MinBufferSize)
+	}
+	return nil
+}
+
+// apply sets the options on a stack's TCP protocol.
+func (o *TCPOptions) apply(set func(tcpip.SettableTransportProtocolOption) tcpip.Error) error {
+	if o.CongestionControl != "cubic" && o.CongestionControl != "reno" {
+		return fmt.Errorf("TCP congestion control %q: valid values are cubic, reno", o.CongestionControl)
+	}
+	if o.MinRTO <= 0 {
+		return fmt.Errorf("TCP minimum RTO %v: must be positive", o.MinRTO)
+	}
+	if err := o.SendBuffer.check("send"); err != nil {
+		return err
+	}
+	if err := o.ReceiveBuffer.check("receive"); err != nil {
+		return err
+	}
+	sack := tcpip.TCPSACKEnabled(o.SACK)
+	cc := tcpip.CongestionControlOption(o.CongestionControl)
+	recovery := tcpip.TCPRecovery(0)
+	if o.RACK {
+		recovery = tcpip.TCPRACKLossDetection
+	}
+	moderate := tcpip.TCPModerateReceiveBufferOption(o.ModerateReceiveBuffer)
+	delay := tcpip.TCPDelayEnabled(o.Nagle)
+	snd := tcpip.TCPSendBufferSizeRangeOption{Min: o.SendBuffer.Min, Default: o.SendBuffer.Default, Max: o.SendBuffer.Max}
+	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: o.ReceiveBuffer.Min, Default: o.ReceiveBuffer.Default, Max: o.ReceiveBuffer.Max}
+	minRTO := tcpip.TCPMinRTOOption(o.MinRTO)
+	for _, opt := range []tcpip.SettableTransportProtocolOption{&sack, &cc, &recovery, &moderate, &delay, &minRTO, &snd, &rcv} {
+		if err := set(opt); err != nil {
+			return fmt.Errorf("set TCP option %T: %s", opt, err)
+		}
+	}
+	return nil
+}

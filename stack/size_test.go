@@ -1,0 +1,10 @@
+//go:build !race
+
+package stack_test
+
+// transferSize is what each direction of a TCP transfer test carries;
+// impairedSize is the same over a lossy link, where recovery makes it slow.
+const (
+	transferSize = 64 << 20
+	impairedSize = 16 << 20
+)

@@ -1,0 +1,297 @@
+package stack_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/net/nettest"
+
+	"github.com/ustack-dev/ustack/link/mem"
+	"github.com/ustack-dev/ustack/sched"
+	"github.com/ustack-dev/ustack/stack"
+	"github.com/ustack-dev/ustack/stack/stacktest"
+)
+
+var families = []struct {
+	name   string
+	client netip.Addr
+	server netip.Addr
+}{{"ipv4", stacktest.A4, stacktest.B4}, {"ipv6", stacktest.A6, stacktest.B6}}
+
+func TestUDPEcho(t *testing.T) {
+	for _, f := range families {
+		t.Run(f.name, func(t *testing.T) {
+			p := stacktest.New(t, nil)
+			srv, err := p.B.ListenUDP(netip.AddrPortFrom(f.server, 7))
+			require.NoError(t, err)
+			defer srv.Close()
+			go func() {
+				buf := make([]byte, 65536)
+				for {
+					n, from, err := srv.ReadFrom(buf)
+					if err != nil {
+						return
+					}
+					if _, err := srv.WriteTo(buf[:n], from); err != nil {
+						return
+					}
+				}
+			}()
+			c, err := p.A.DialUDP(netip.AddrPort{}, netip.AddrPortFrom(f.server, 7))
+			require.NoError(t, err)
+			defer c.Close()
+			require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+			buf := make([]byte, 65536)
+			for _, size := range []int{1, 120, 1400, 8000, 60000} {
+				msg := make([]byte, size)
+				for i := range msg {
+					msg[i] = byte(i * 7)
+				}
+				_, err := c.Write(msg)
+				require.NoError(t, err)
+				n, err := c.Read(buf)
+				require.NoError(t, err)
+				require.Equal(t, msg, buf[:n], "echo of %d bytes", size)
+			}
+			require.Equal(t, f.client.String(), netip.MustParseAddrPort(c.LocalAddr().String()).Addr().String())
+		})
+	}
+}
+
+func TestPing(t *testing.T) {
+	for _, f := range families {
+		t.Run(f.name, func(t *testing.T) {
+			p := stacktest.New(t, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			rtt, err := p.A.Ping(ctx, f.server, []byte("ustack ping"))
+			require.NoError(t, err)
+			require.Positive(t, rtt)
+			st := p.B.Stats()
+			if f.server.Is4() {
+				require.NotZero(t, st.Counter("ICMP.V4.PacketsReceived.EchoRequest"))
+			} else {
+				require.NotZero(t, st.Counter("ICMP.V6.PacketsReceived.EchoRequest"))
+			}
+		})
+	}
+}
+
+func TestPingUnreachableTimesOut(t *testing.T) {
+	p := stacktest.New(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	// On-link, but nobody has the address: the request is sent and lost.
+	_, err := p.A.Ping(ctx, netip.MustParseAddr("198.18.0.99"), nil)
+	var op *net.OpError
+	require.ErrorAs(t, err, &op)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+// fastRTO lowers the RTO floor for tests over lossy links, where at 5% loss
+// a transfer otherwise spends most of its time in 200 ms timeouts. It
+// changes how soon TCP retransmits, not what it delivers.
+func fastRTO() *stack.Options {
+	o := stack.DefaultTCPOptions()
+	o.MinRTO = 10 * time.Millisecond
+	return &stack.Options{TCP: &o}
+}
+
+// TestTCPTransferImpaired checks that TCP delivers every byte intact over a
+// link that loses, reorders and duplicates.
+func TestTCPTransferImpaired(t *testing.T) {
+	for _, f := range families {
+		t.Run(f.name, func(t *testing.T) {
+			mo := mem.DefaultOptions()
+			mo.Impair = mem.Impairments{Loss: 0.05, Reorder: 0.02, Duplicate: 0.02, Seed: 7}
+			p := stacktest.New(t, &stacktest.Options{Mem: &mo, Stack: fastRTO()})
+			transferBothWays(t, p, f.server, impairedSize)
+			la, lb := p.LinkA.LinkStats(), p.LinkB.LinkStats()
+			require.NotZero(t, la.ImpairLost+lb.ImpairLost, "loss was injected")
+			require.NotZero(t, la.ImpairReordered+lb.ImpairReordered, "reordering was injected")
+			require.NotZero(t, la.ImpairDuplicated+lb.ImpairDuplicated, "duplication was injected")
+		})
+	}
+}
+
+// TestTCPTransferCorrupted checks that a corrupted packet is caught by the
+// checksums (offload off) and the data still arrives intact.
+func TestTCPTransferCorrupted(t *testing.T) {
+	mo := mem.DefaultOptions()
+	mo.ChecksumOffload = false
+	mo.Impair = mem.Impairments{Corrupt: 0.01, Seed: 3}
+	p := stacktest.New(t, &stacktest.Options{Mem: &mo, Stack: fastRTO()})
+	transferBothWays(t, p, stacktest.B4, impairedSize)
+	la, lb := p.LinkA.LinkStats(), p.LinkB.LinkStats()
+	require.NotZero(t, la.ImpairCorrupted+lb.ImpairCorrupted)
+}
+
+func TestTCPTransferGSO(t *testing.T) {
+	mo := mem.DefaultOptions()
+	mo.GSO = true
+	p := stacktest.New(t, &stacktest.Options{Mem: &mo})
+	transferBothWays(t, p, stacktest.B6, transferSize/4)
+	la := p.LinkA.LinkStats()
+	require.Greater(t, la.TXBytes/la.TXPackets, uint64(mem.DefaultMTU), "GSO carried super-segments")
+}
+
+func TestTCPTransferEveryQdisc(t *testing.T) {
+	for _, q := range sched.Names() {
+		t.Run(q, func(t *testing.T) {
+			p := stacktest.New(t, &stacktest.Options{Qdisc: q})
+			transferBothWays(t, p, stacktest.B4, 4<<20)
+			st := p.A.Stats()
+			require.Equal(t, q, st.NICs[0].Qdisc)
+		})
+	}
+}
+
+func TestNetTestConn(t *testing.T) {
+	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
+		p, err := stacktest.Build(nil)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		ln, err := p.B.ListenTCP(netip.AddrPortFrom(stacktest.B4, 80))
+		if err != nil {
+			p.Close()
+			return nil, nil, nil, err
+		}
+		defer ln.Close()
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				accepted <- nil
+				return
+			}
+			accepted <- c
+		}()
+		c1, err = p.A.DialTCP(context.Background(), netip.AddrPortFrom(stacktest.B4, 80))
+		if err != nil {
+			p.Close()
+			return nil, nil, nil, err
+		}
+		c2 = <-accepted
+		if c2 == nil {
+			c1.Close()
+			p.Close()
+			return nil, nil, nil, errors.New("accept failed")
+		}
+		stop = func() {
+			c1.Close()
+			c2.Close()
+			p.Close()
+		}
+		return c1, c2, stop, nil
+	})
+}
+
+func TestDialRefused(t *testing.T) {
+	p := stacktest.New(t, nil)
+	_, err := p.A.DialTCP(context.Background(), netip.AddrPortFrom(stacktest.B4, 9))
+	var op *net.OpError
+	require.ErrorAs(t, err, &op)
+	require.Equal(t, "dial", op.Op)
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
+}
+
+func TestDialContextCanceled(t *testing.T) {
+	p := stacktest.New(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	// Nobody answers on this on-link address, so the SYN goes unanswered.
+	_, err := p.A.DialTCP(ctx, netip.MustParseAddrPort("198.18.0.77:80"))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+func TestListenPortInUse(t *testing.T) {
+	p := stacktest.New(t, nil)
+	ln, err := p.B.ListenTCP(netip.AddrPortFrom(stacktest.B4, 80))
+	require.NoError(t, err)
+	defer ln.Close()
+	_, err = p.B.ListenTCP(netip.AddrPortFrom(stacktest.B4, 80))
+	require.ErrorIs(t, err, syscall.EADDRINUSE)
+}
+
+func TestBadArguments(t *testing.T) {
+	s, err := stack.New(nil)
+	require.NoError(t, err)
+	defer s.Close()
+	a, b, err := mem.Pair(nil)
+	require.NoError(t, err)
+	defer a.Close()
+	defer b.Close()
+
+	_, err = s.AddNIC(a, &stack.NICOptions{Qdisc: "nope"})
+	var unknown *sched.UnknownError
+	require.ErrorAs(t, err, &unknown)
+	require.Contains(t, err.Error(), "fifo", "the error lists the valid names")
+	_, err = s.AddNIC(nil, nil)
+	require.Error(t, err)
+
+	id, err := s.AddNIC(a, nil)
+	require.NoError(t, err)
+	require.Error(t, s.AddAddress(id, netip.Prefix{}))
+	require.Error(t, s.AddAddress(99, netip.MustParsePrefix("198.18.5.1/24")))
+	require.Error(t, s.AddRoute(netip.MustParsePrefix("10.0.0.0/8"), netip.MustParseAddr("fd00::1"), id))
+	require.Error(t, s.AddRoute(netip.MustParsePrefix("10.0.0.0/8"), netip.Addr{}, 99))
+	require.Error(t, s.SetDefaultGateway(netip.Addr{}, id))
+	_, err = s.DialTCP(context.Background(), netip.MustParseAddrPort("0.0.0.0:80"))
+	require.Error(t, err)
+	_, err = s.DialUDP(netip.MustParseAddrPort("[fd00::1]:5"), netip.MustParseAddrPort("198.18.0.2:5"))
+	require.Error(t, err)
+
+	_, err = stack.New(&stack.Options{TCP: &stack.TCPOptions{CongestionControl: "bbr"}})
+	require.ErrorContains(t, err, "cubic")
+}
+
+func TestClosedStack(t *testing.T) {
+	s, err := stack.New(nil)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close(), "Close is idempotent")
+	_, err = s.ListenTCP(netip.MustParseAddrPort("198.18.0.1:80"))
+	require.ErrorIs(t, err, stack.ErrClosed)
+	a, b, err := mem.Pair(nil)
+	require.NoError(t, err)
+	defer b.Close()
+	defer a.Close()
+	_, err = s.AddNIC(a, nil)
+	require.ErrorIs(t, err, stack.ErrClosed)
+}
+
+func TestDefaultGateway(t *testing.T) {
+	p := stacktest.New(t, nil)
+	// B also answers for an address outside the shared subnet; A reaches it
+	// through B as its default gateway.
+	nic := p.B.Stats().NICs[0].ID
+	require.NoError(t, p.B.AddAddress(nic, netip.MustParsePrefix("198.19.1.1/32")))
+	require.NoError(t, p.A.SetDefaultGateway(stacktest.B4, p.A.Stats().NICs[0].ID))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := p.A.Ping(ctx, netip.MustParseAddr("198.19.1.1"), []byte("via gateway"))
+	require.NoError(t, err)
+}
+
+func TestStatsAccounting(t *testing.T) {
+	p := stacktest.New(t, nil)
+	transferBothWays(t, p, stacktest.B4, 1<<20)
+	sa, sb := p.A.Stats(), p.B.Stats()
+	require.NotZero(t, sa.Counter("TCP.SegmentsSent"))
+	na, ok := sa.NIC("a")
+	require.True(t, ok)
+	require.True(t, na.HasLink)
+	nb, _ := sb.NIC("b")
+	// Conservation on the wire: what A's link accepted, B's link delivered,
+	// still holds, or dropped with a reason (no impairment here).
+	backlog := uint64(p.LinkB.Backlog())
+	require.Equal(t, na.Link.TXPackets, nb.Link.RXPackets+backlog+nb.Link.RXDetached+nb.Link.RXMalformed)
+	require.Equal(t, na.GVisor["Tx.Packets"], na.Link.TXPackets, "gVisor's NIC count matches the link's")
+}
