@@ -1,0 +1,178 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ustack-dev/ustack/link/mem"
+	"github.com/ustack-dev/ustack/sched"
+)
+
+// Test names.
+const (
+	UDPStream = "udp_stream"
+	TCPStream = "tcp_stream"
+	TCPRR     = "tcp_rr"
+	UDPRR     = "udp_rr"
+)
+
+// Tests lists the test names in the order tables report them.
+func Tests() []string { return []string{UDPStream, TCPStream, TCPRR, UDPRR} }
+
+// Links lists the link names a benchmark can run on. veth and tun arrive
+// with the link endpoints that serve them.
+func Links() []string { return []string{"mem"} }
+
+// DefaultSize returns a test's message size when Config.Size is 0.
+func DefaultSize(test string) int {
+	switch test {
+	case UDPStream:
+		return 120 // netperf -t UDP_STREAM -- -m 120
+	case TCPStream:
+		return 16384 // netperf TCP_STREAM's send size on Linux
+	default:
+		return 1 // netperf's rr default: one-byte request and response
+	}
+}
+
+// MaxUDPSize is the largest UDP payload: an IPv4 datagram of 65535 bytes
+// less its IP and UDP headers.
+const MaxUDPSize = 65535 - 20 - 8
+
+// MaxSessions bounds -senders: each session costs goroutines and sockets on
+// both hosts.
+const MaxSessions = 10000
+
+// Config is one benchmark cell: one test, on one link, with one qdisc and
+// one number of senders.
+type Config struct {
+	Test     string
+	Link     string
+	Qdisc    string
+	Senders  int
+	Size     int // message size in bytes; 0 means DefaultSize(Test)
+	Duration time.Duration
+	// Mem configures the mem link; nil means mem.DefaultOptions.
+	Mem *mem.Options
+}
+
+func (c Config) size() int {
+	if c.Size > 0 {
+		return c.Size
+	}
+	return DefaultSize(c.Test)
+}
+
+// String names the cell for progress lines and errors.
+func (c Config) String() string {
+	return fmt.Sprintf("%s/%s/%s/%d", c.Test, c.Link, c.Qdisc, c.Senders)
+}
+
+// Validate checks a cell and says what is valid when it is not.
+func (c Config) Validate() error {
+	if !slices.Contains(Tests(), c.Test) {
+		return fmt.Errorf("unknown test %q: valid tests are %s", c.Test, strings.Join(Tests(), ", "))
+	}
+	if !slices.Contains(Links(), c.Link) {
+		return fmt.Errorf("unknown link %q: valid links are %s", c.Link, strings.Join(Links(), ", "))
+	}
+	if !sched.Known(c.Qdisc) {
+		return &sched.UnknownError{Name: c.Qdisc}
+	}
+	if c.Senders < 1 || c.Senders > MaxSessions {
+		return fmt.Errorf("senders %d: must be from 1 to %d", c.Senders, MaxSessions)
+	}
+	if c.Size < 0 {
+		return fmt.Errorf("size %d: must not be negative", c.Size)
+	}
+	if (c.Test == UDPStream || c.Test == UDPRR) && c.size() > MaxUDPSize {
+		return fmt.Errorf("size %d: a UDP datagram carries at most %d bytes", c.size(), MaxUDPSize)
+	}
+	if c.Test == UDPStream && c.size() < 1 {
+		return fmt.Errorf("size %d: udp_stream needs at least 1 byte to mark measured datagrams", c.size())
+	}
+	if c.Duration < 10*time.Millisecond {
+		return fmt.Errorf("duration %v: must be at least 10ms", c.Duration)
+	}
+	return nil
+}
+
+// Plan is a whole run: every combination of its tests, qdiscs and sender
+// counts, each repeated Count times in alternation.
+type Plan struct {
+	Tests    []string
+	Link     string
+	Qdiscs   []string
+	Senders  []int
+	Size     int
+	Duration time.Duration
+	// Count is how many times each cell runs; the result is the median.
+	// 0 means AutoCount.
+	Count int
+	Mem   *mem.Options
+}
+
+// Cells returns the plan's configurations in report order: by test, then
+// qdisc, then senders.
+func (p Plan) Cells() []Config {
+	var cells []Config
+	for _, t := range p.Tests {
+		for _, q := range p.Qdiscs {
+			for _, n := range p.Senders {
+				cells = append(cells, Config{Test: t, Link: p.Link, Qdisc: q, Senders: n, Size: p.Size, Duration: p.Duration, Mem: p.Mem})
+			}
+		}
+	}
+	return cells
+}
+
+// Validate checks every cell of the plan.
+func (p Plan) Validate() error {
+	if len(p.Tests) == 0 || len(p.Qdiscs) == 0 || len(p.Senders) == 0 {
+		return fmt.Errorf("a plan needs at least one test, qdisc and sender count")
+	}
+	if p.Count < 0 {
+		return fmt.Errorf("count %d: must be at least 1", p.Count)
+	}
+	for _, c := range p.Cells() {
+		if err := c.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Budget is the wall time AutoCount aims to keep a run within, so that a
+// bare `ustack bench` finishes within 90 seconds on a 2-core machine.
+const Budget = 75 * time.Second
+
+// cellOverhead estimates what a cell costs beyond its window: warm-up,
+// drain, building and closing two hosts.
+func cellOverhead(d time.Duration) time.Duration { return warmup(d) + 150*time.Millisecond }
+
+// AutoCount returns the repeat count used when Plan.Count is 0: as many
+// repeats as fit in Budget, from 1 to 3 (three gives a real median).
+func (p Plan) AutoCount() int {
+	per := time.Duration(len(p.Cells())) * (p.Duration + cellOverhead(p.Duration))
+	if per <= 0 {
+		return 1
+	}
+	return max(1, min(3, int(Budget/per)))
+}
+
+// Estimate returns how long the plan should take.
+func (p Plan) Estimate() time.Duration {
+	count := p.Count
+	if count == 0 {
+		count = p.AutoCount()
+	}
+	return time.Duration(count*len(p.Cells())) * (p.Duration + cellOverhead(p.Duration))
+}
+
+// warmup is how long a cell runs before its window opens: long enough for
+// every session to be running and TCP to leave slow start.
+func warmup(d time.Duration) time.Duration {
+	return min(max(d/10, 50*time.Millisecond), 500*time.Millisecond)
+}

@@ -1,0 +1,124 @@
+package bench
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"text/tabwriter"
+)
+
+// Rate returns a result's headline rate: transactions per second for the
+// rr tests, received packets per second otherwise.
+func (r Result) Rate() float64 {
+	if r.Test == TCPRR || r.Test == UDPRR {
+		return r.TPS
+	}
+	return r.RecvPPS
+}
+
+// Ratio returns each result's headline rate divided by that of the first
+// result (in order) with the same test, link, senders and size: in a run
+// whose first qdisc is a baseline, how each qdisc compares with it. It is
+// NaN where the baseline's rate is 0.
+func Ratio(rs []Result) []float64 {
+	type key struct {
+		test, link    string
+		senders, size int
+	}
+	base := map[key]float64{}
+	out := make([]float64, len(rs))
+	for i, r := range rs {
+		k := key{r.Test, r.Link, r.Senders, r.Size}
+		b, ok := base[k]
+		if !ok {
+			b = r.Rate()
+			base[k] = b
+		}
+		if b == 0 {
+			out[i] = math.NaN()
+		} else {
+			out[i] = r.Rate() / b
+		}
+	}
+	return out
+}
+
+// WriteJSON writes {"results":[...]}.
+func WriteJSON(w io.Writer, rs []Result) error {
+	if rs == nil {
+		rs = []Result{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		Results []Result `json:"results"`
+	}{rs})
+}
+
+// csvHeader is the CSV header: the JSON field names, in order.
+var csvHeader = []string{"test", "link", "qdisc", "senders", "size", "duration_s", "sent_pps", "recv_pps", "gbps", "tps", "loss_pct", "cpu_ns_per_op", "allocs_per_op", "bytes_per_op", "vcsw", "ivcsw", "p50_us", "p99_us", "p999_us"}
+
+// WriteCSV writes a header row and one row per result, with full precision.
+func WriteCSV(w io.Writer, rs []Result) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(csvHeader); err != nil {
+		return err
+	}
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	for _, r := range rs {
+		row := []string{r.Test, r.Link, r.Qdisc, strconv.Itoa(r.Senders), strconv.Itoa(r.Size), f(r.DurationS),
+			f(r.SentPPS), f(r.RecvPPS), f(r.Gbps), f(r.TPS), f(r.LossPct), f(r.CPUNsPerOp), f(r.AllocsPerOp), f(r.BytesPerOp),
+			f(r.VCSW), f(r.IVCSW), f(r.P50us), f(r.P99us), f(r.P999us)}
+		if err := cw.Write(row); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// WriteTable writes an aligned table, with a last column comparing each
+// row's headline rate with the first qdisc's at the same test and senders.
+func WriteTable(w io.Writer, rs []Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "test\tqdisc\tsenders\tsize\tsent_pps\trecv_pps\tgbps\ttps\tloss%\tcpu_ns/op\tallocs/op\tB/op\tvcsw\tivcsw\tp50_us\tp99_us\tp999_us\tvs_first\t")
+	ratios := Ratio(rs)
+	for i, r := range rs {
+		ratio := "-"
+		if !math.IsNaN(ratios[i]) {
+			ratio = fmt.Sprintf("%.2fx", ratios[i])
+		}
+		rr := r.Test == TCPRR || r.Test == UDPRR
+		lat := func(v float64) string {
+			if !rr {
+				return "-"
+			}
+			return fmt.Sprintf("%.1f", v)
+		}
+		tps := "-"
+		if rr {
+			tps = si(r.TPS)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%.3f\t%s\t%.2f\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t\n",
+			r.Test, r.Qdisc, r.Senders, r.Size, si(r.SentPPS), si(r.RecvPPS), r.Gbps, tps, r.LossPct,
+			r.CPUNsPerOp, r.AllocsPerOp, r.BytesPerOp, r.VCSW, r.IVCSW, lat(r.P50us), lat(r.P99us), lat(r.P999us), ratio)
+	}
+	return tw.Flush()
+}
+
+// si formats v with three significant digits and an SI suffix.
+func si(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1e9:
+		return fmt.Sprintf("%.3gG", v/1e9)
+	case a >= 1e6:
+		return fmt.Sprintf("%.3gM", v/1e6)
+	case a >= 1e3:
+		return fmt.Sprintf("%.3gk", v/1e3)
+	default:
+		return fmt.Sprintf("%.3g", v)
+	}
+}

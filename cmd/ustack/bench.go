@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/ustack-dev/ustack/bench"
+	"github.com/ustack-dev/ustack/link/mem"
+	"github.com/ustack-dev/ustack/sched"
+)
+
+// progressAfter is how long a run must be expected to take before it gets
+// a progress bar.
+const progressAfter = 3 * time.Second
+
+// usageError is a command-line mistake: exit status 2.
+type usageError struct{ error }
+
+func benchMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ustack bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		link     = fs.String("link", "mem", "link between the hosts: "+strings.Join(bench.Links(), ", "))
+		tests    = fs.String("test", "udp_stream,tcp_rr", "tests, comma-separated, or all: "+strings.Join(bench.Tests(), ", "))
+		qdiscs   = fs.String("qdisc", "all", "queueing disciplines, comma-separated, or all: "+strings.Join(sched.Names(), ", "))
+		senders  = fs.String("senders", "1,64", "sender (session) counts, comma-separated")
+		size     = fs.Int("size", 0, "message size in bytes (0: 120 for udp_stream, 16384 for tcp_stream, 1 for rr tests)")
+		duration = fs.Duration("duration", time.Second, "measured window of each run")
+		count    = fs.Int("count", 0, "runs of each configuration, reported as medians (0: as many as fit in 75s, 1 to 3)")
+		txCost   = fs.String("mem-tx-cost", "0,0", "mem link: busy cost per WritePackets call and per packet, as CALL,PACKET (e.g. 2us,100ns)")
+		impair   = fs.String("impair", "none", "mem link: faults, e.g. loss=5%,dup=1%,reorder=1%,corrupt=0.1%,delay=1ms,jitter=100us,seed=1")
+		mtu      = fs.Int("mtu", mem.DefaultMTU, fmt.Sprintf("mem link: MTU (%d to %d)", mem.MinMTU, mem.MaxMTU))
+		gso      = fs.Bool("mem-gso", false, "mem link: carry TCP super-segments whole (TSO/GRO)")
+		csum     = fs.Bool("mem-csum-offload", true, "mem link: checksum offload (must be false with corrupt=)")
+		ring     = fs.Int("mem-ring", mem.DefaultRingSize, "mem link: ring size per direction, in packets")
+		batch    = fs.Int("mem-batch", mem.DefaultBatchSize, "mem link: packets delivered per receive round")
+		asJSON   = fs.Bool("json", false, "write results as JSON")
+		asCSV    = fs.Bool("csv", false, "write results as CSV")
+		plotPath = fs.String("plot", "", "also draw rate against senders into this PNG file")
+	)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: ustack bench [flags]\n\nRuns netperf-style tests between two ustack hosts in this process and\nprints one row per configuration (medians of -count runs, alternated).\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "ustack bench: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	plan, err := func() (bench.Plan, error) {
+		if *asJSON && *asCSV {
+			return bench.Plan{}, usageError{errors.New("-json and -csv: choose one")}
+		}
+		p := bench.Plan{Link: *link, Size: *size, Duration: *duration, Count: *count}
+		var err error
+		if p.Tests, err = parseList(*tests, bench.Tests(), "test"); err != nil {
+			return p, err
+		}
+		if p.Qdiscs, err = parseList(*qdiscs, sched.Names(), "qdisc"); err != nil {
+			return p, err
+		}
+		if p.Senders, err = parseInts(*senders); err != nil {
+			return p, err
+		}
+		if *count < 0 {
+			return p, usageError{fmt.Errorf("-count %d: must be 0 (automatic) or more", *count)}
+		}
+		mo := mem.DefaultOptions()
+		mo.MTU, mo.GSO, mo.ChecksumOffload, mo.RingSize, mo.BatchSize = uint32(*mtu), *gso, *csum, *ring, *batch
+		if *mtu < int(mem.MinMTU) || *mtu > mem.MaxMTU {
+			return p, usageError{fmt.Errorf("-mtu %d: must be from %d to %d", *mtu, mem.MinMTU, mem.MaxMTU)}
+		}
+		if *ring < 1 || *batch < 1 {
+			return p, usageError{fmt.Errorf("-mem-ring %d, -mem-batch %d: must be at least 1", *ring, *batch)}
+		}
+		if mo.TXCost, err = mem.ParseTXCost(*txCost); err != nil {
+			return p, usageError{fmt.Errorf("-mem-tx-cost: %w", err)}
+		}
+		if mo.Impair, err = mem.ParseImpairments(*impair); err != nil {
+			return p, usageError{fmt.Errorf("-impair: %w", err)}
+		}
+		if _, _, err := mem.Pair(&mo); err != nil {
+			return p, usageError{err}
+		} else {
+			p.Mem = &mo
+		}
+		if err := p.Validate(); err != nil {
+			return p, usageError{err}
+		}
+		return p, nil
+	}()
+	if err != nil {
+		fmt.Fprintf(stderr, "ustack bench: %v\n", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			return 2
+		}
+		return 1
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	progress := progressFor(plan, stderr)
+	results, err := bench.RunPlan(ctx, plan, progress)
+	if err != nil {
+		fmt.Fprintf(stderr, "ustack bench: %v\n", err)
+		return 1
+	}
+	switch {
+	case *asJSON:
+		err = bench.WriteJSON(stdout, results)
+	case *asCSV:
+		err = bench.WriteCSV(stdout, results)
+	default:
+		err = bench.WriteTable(stdout, results)
+	}
+	if err == nil && *plotPath != "" {
+		err = bench.WritePlot(*plotPath, results)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "ustack bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// progressFor returns a progress bar on stderr for runs long enough to
+// want one, when stderr is a terminal; nil otherwise.
+func progressFor(p bench.Plan, stderr io.Writer) bench.Progress {
+	f, ok := stderr.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) || p.Estimate() < progressAfter {
+		return nil
+	}
+	var bar *progressbar.ProgressBar
+	return func(done, total int, c bench.Config) {
+		if bar == nil {
+			bar = progressbar.NewOptions(total,
+				progressbar.OptionSetWriter(stderr),
+				progressbar.OptionShowCount(),
+				progressbar.OptionSetPredictTime(true),
+				progressbar.OptionClearOnFinish(),
+				progressbar.OptionSetWidth(30))
+		}
+		if done == total {
+			bar.Finish()
+			return
+		}
+		bar.Describe(c.String())
+		bar.Set(done)
+	}
+}
+
+// parseList reads a comma-separated list of names from valid, or "all".
+func parseList(s string, valid []string, what string) ([]string, error) {
+	if strings.TrimSpace(s) == "all" {
+		return valid, nil
+	}
+	var out []string
+	for _, name := range strings.Split(s, ",") {
+		name = strings.TrimSpace(name)
+		if !slices.Contains(valid, name) {
+			return nil, usageError{fmt.Errorf("unknown %s %q: valid choices are %s, or all", what, name, strings.Join(valid, ", "))}
+		}
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// parseInts reads a comma-separated list of sender counts.
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > bench.MaxSessions {
+			return nil, usageError{fmt.Errorf("-senders %q: want counts from 1 to %d, comma-separated", s, bench.MaxSessions)}
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ustack-dev/ustack/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+func runCmd(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestBadFlagsExit2WithChoices(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "-qdisc", "red"}, "none, fifo"},
+		{[]string{"bench", "-test", "ping"}, "udp_stream, tcp_stream, tcp_rr, udp_rr"},
+		{[]string{"bench", "-link", "wire"}, "valid links are mem"},
+		{[]string{"bench", "-size", "-5"}, "size"},
+		{[]string{"bench", "-size", "70000", "-test", "udp_rr"}, "65507"},
+		{[]string{"bench", "-duration", "soon"}, "duration"},
+		{[]string{"bench", "-duration", "1ms"}, "at least 10ms"},
+		{[]string{"bench", "-senders", "0"}, "-senders"},
+		{[]string{"bench", "-senders", "a,b"}, "-senders"},
+		{[]string{"bench", "-count", "-1"}, "-count"},
+		{[]string{"bench", "-mem-tx-cost", "slow"}, "CALL,PACKET"},
+		{[]string{"bench", "-impair", "loss=200%"}, "loss"},
+		{[]string{"bench", "-impair", "corrupt=1%"}, "checksum offload off"},
+		{[]string{"bench", "-mtu", "100"}, "-mtu"},
+		{[]string{"bench", "-json", "-csv"}, "choose one"},
+		{[]string{"bench", "extra"}, "unexpected argument"},
+		{[]string{"frobnicate"}, "valid commands are bench"},
+		{nil, "Usage"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, out, errs := runCmd(tc.args...)
+			require.Equal(t, 2, code)
+			require.Empty(t, out)
+			require.Contains(t, errs, tc.want)
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	code, _, errs := runCmd("bench", "-h")
+	require.Equal(t, 0, code)
+	require.Contains(t, errs, "-mem-tx-cost")
+	code, out, _ := runCmd("help")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "ustack bench")
+}
+
+func TestBenchJSON(t *testing.T) {
+	png := filepath.Join(t.TempDir(), "rate.png")
+	code, out, errs := runCmd("bench", "-json", "-test", "udp_rr,tcp_stream", "-qdisc", "all", "-senders", "1,2",
+		"-duration", "20ms", "-count", "1", "-mem-tx-cost", "1us,10ns", "-plot", png)
+	require.Equal(t, 0, code, errs)
+	var doc struct {
+		Results []map[string]any `json:"results"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &doc))
+	require.Len(t, doc.Results, 2*2*2)
+	require.Equal(t, "udp_rr", doc.Results[0]["test"])
+	require.Equal(t, "none", doc.Results[0]["qdisc"], "the baseline comes first")
+	require.FileExists(t, png)
+}
+
+func TestBenchTableAndCSV(t *testing.T) {
+	code, out, errs := runCmd("bench", "-test", "tcp_rr", "-qdisc", "none", "-senders", "1", "-duration", "20ms", "-count", "1")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "tcp_rr")
+	require.Contains(t, out, "p99_us")
+	code, out, errs = runCmd("bench", "-csv", "-test", "udp_stream", "-qdisc", "fifo", "-senders", "2", "-duration", "20ms", "-count", "1")
+	require.Equal(t, 0, code, errs)
+	require.True(t, strings.HasPrefix(out, "test,link,qdisc,senders"))
+}
