@@ -206,8 +206,10 @@ func (u *udpStream) finish() tally {
 	}
 	u.sendWG.Wait()
 	drain(u.sumReceived)
-	closeAll(u.servers)
+	// Clients first: a datagram reaching a closed server socket draws an
+	// ICMP error, which an open client would have to queue.
 	closeAll(u.clients)
+	closeAll(u.servers)
 	u.recvWG.Wait()
 	var t tally
 	for _, s := range u.sent {

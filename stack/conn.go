@@ -136,8 +136,8 @@ func (s *Stack) ListenTCP(addr netip.AddrPort) (net.Listener, error) {
 }
 
 // DialUDP returns a UDP socket bound to laddr (any address and port if
-// laddr is the zero value) and connected to raddr. The returned conn is a
-// *gonet.UDPConn, which is also a net.PacketConn.
+// laddr is the zero value) and connected to raddr. The returned conn is
+// also a net.PacketConn.
 func (s *Stack) DialUDP(laddr, raddr netip.AddrPort) (net.Conn, error) {
 	if !raddr.IsValid() || raddr.Addr().Unmap().IsUnspecified() || raddr.Port() == 0 {
 		return nil, opError("dial", "udp", raddr, errors.New("need a specified address and a non-zero port"))
@@ -156,7 +156,7 @@ func (s *Stack) ListenUDP(laddr netip.AddrPort) (net.PacketConn, error) {
 	return s.udp("listen", laddr, netip.AddrPort{}, protocolOf(laddr.Addr()))
 }
 
-func (s *Stack) udp(op string, laddr, raddr netip.AddrPort, proto tcpip.NetworkProtocolNumber) (*gonet.UDPConn, error) {
+func (s *Stack) udp(op string, laddr, raddr netip.AddrPort, proto tcpip.NetworkProtocolNumber) (udpConn, error) {
 	if err := s.live(); err != nil {
 		return nil, opError(op, "udp", laddr, err)
 	}
@@ -181,7 +181,59 @@ func (s *Stack) udp(op string, laddr, raddr netip.AddrPort, proto tcpip.NetworkP
 			return nil, opError(op, "udp", raddr, netError(terr))
 		}
 	}
-	return gonet.NewUDPConn(&wq, ep), nil
+	c := gonet.NewUDPConn(&wq, ep)
+	if s.udpRecvErr {
+		return &recvErrConn{UDPConn: c, ep: ep}, nil
+	}
+	return c, nil
+}
+
+// udpConn is what DialUDP and ListenUDP return: a net.Conn that is also a
+// net.PacketConn.
+type udpConn interface {
+	net.Conn
+	net.PacketConn
+}
+
+// recvErrConn is a UDP socket with IP_RECVERR set. gVisor queues every ICMP
+// error such a socket receives, with a copy of the offending datagram, on
+// an error queue that gonet cannot read and that gVisor neither bounds nor
+// releases at Close. recvErrConn empties that queue, releasing each copy,
+// before each write and at Close, so it neither grows nor leaks.
+type recvErrConn struct {
+	*gonet.UDPConn
+	ep tcpip.Endpoint
+}
+
+func (c *recvErrConn) drainErrors() {
+	so := c.ep.SocketOptions()
+	for e := so.DequeueErr(); e != nil; e = so.DequeueErr() {
+		if e.Payload != nil {
+			e.Payload.Release()
+		}
+	}
+}
+
+// Write implements net.Conn.
+func (c *recvErrConn) Write(b []byte) (int, error) {
+	c.drainErrors()
+	return c.UDPConn.Write(b)
+}
+
+// WriteTo implements net.PacketConn.
+func (c *recvErrConn) WriteTo(b []byte, addr net.Addr) (int, error) {
+	c.drainErrors()
+	return c.UDPConn.WriteTo(b, addr)
+}
+
+// Close implements net.Conn. The second drain takes what arrived while the
+// endpoint closed; only an ICMP error already inside gVisor's handler at
+// that instant can still slip in, a window gVisor offers no hook to close.
+func (c *recvErrConn) Close() error {
+	c.drainErrors()
+	err := c.UDPConn.Close()
+	c.drainErrors()
+	return err
 }
 
 // Ping sends one ICMP echo request with payload to dst and waits for the

@@ -295,3 +295,20 @@ func TestStatsAccounting(t *testing.T) {
 	require.Equal(t, na.Link.TXPackets, nb.Link.RXPackets+backlog+nb.Link.RXDetached+nb.Link.RXMalformed)
 	require.Equal(t, na.GVisor["Tx.Packets"], na.Link.TXPackets, "gVisor's NIC count matches the link's")
 }
+
+// TestUDPRecvErrReleasesErrorQueue provokes ICMP port-unreachable errors at
+// a socket with IP_RECVERR and closes it: gVisor keeps a copy of each
+// offending datagram on the socket's error queue, and TestMain's leak check
+// fails if Close does not release them.
+func TestUDPRecvErrReleasesErrorQueue(t *testing.T) {
+	p := stacktest.New(t, &stacktest.Options{Stack: &stack.Options{UDPRecvErr: true}})
+	c, err := p.A.DialUDP(netip.AddrPort{}, netip.AddrPortFrom(stacktest.B4, 9))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		c.Write([]byte("anyone there?")) // refused (ECONNREFUSED) once an error arrived
+		return p.A.Stats().Counter("ICMP.V4.PacketsReceived.DstUnreachable") >= 3
+	}, 10*time.Second, time.Millisecond)
+	require.NoError(t, c.Close())
+	_, ok := c.(net.PacketConn)
+	require.True(t, ok, "a UDP conn is also a PacketConn")
+}

@@ -214,10 +214,18 @@ func (e *Endpoint) Close() {
 	if started {
 		<-e.done
 	}
-	e.tx.close()
+	e.tx.closeWrites()
 	released := e.rx.close()
 	released += e.receiver.releaseHeld()
 	e.rxClosed.Add(uint64(released))
+}
+
+// closeWrites refuses further writes; what the ring holds is still
+// delivered by the receiving endpoint, or released when that one closes.
+func (r *ring) closeWrites() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
 }
 
 // close refuses further writes and releases what the ring holds, returning
