@@ -56,6 +56,8 @@ type Config struct {
 	Duration time.Duration
 	// Mem configures the mem link; nil means mem.DefaultOptions.
 	Mem *mem.Options
+	// QdiscOptions tunes both NICs' qdisc; nil means its defaults.
+	QdiscOptions *sched.Options
 }
 
 func (c Config) size() int {
@@ -110,8 +112,9 @@ type Plan struct {
 	Duration time.Duration
 	// Count is how many times each cell runs; the result is the median.
 	// 0 means AutoCount.
-	Count int
-	Mem   *mem.Options
+	Count        int
+	Mem          *mem.Options
+	QdiscOptions *sched.Options
 }
 
 // Cells returns the plan's configurations in report order: by test, then
@@ -121,7 +124,7 @@ func (p Plan) Cells() []Config {
 	for _, t := range p.Tests {
 		for _, q := range p.Qdiscs {
 			for _, n := range p.Senders {
-				cells = append(cells, Config{Test: t, Link: p.Link, Qdisc: q, Senders: n, Size: p.Size, Duration: p.Duration, Mem: p.Mem})
+				cells = append(cells, Config{Test: t, Link: p.Link, Qdisc: q, Senders: n, Size: p.Size, Duration: p.Duration, Mem: p.Mem, QdiscOptions: p.QdiscOptions})
 			}
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"math"
 	"strconv"
 	"text/tabwriter"
+
+	"github.com/ustack-dev/ustack/sched"
 )
 
 // Rate returns a result's headline rate: transactions per second for the
@@ -121,4 +123,32 @@ func si(v float64) string {
 	default:
 		return fmt.Sprintf("%.3g", v)
 	}
+}
+
+// WriteContention writes, for every result whose qdiscs keep a profile, the
+// counters, a `perf lock contention` table and a WritePacket latency
+// histogram of the client's qdisc (the senders' side) and the server's.
+func WriteContention(w io.Writer, rs []Result) error {
+	for _, r := range rs {
+		if r.Contention == nil {
+			continue
+		}
+		for _, side := range []struct {
+			name string
+			s    *sched.Stats
+		}{{"client", r.Contention.Client}, {"server", r.Contention.Server}} {
+			if side.s == nil {
+				continue
+			}
+			s := side.s
+			fmt.Fprintf(w, "\n== %s %s senders=%d: %s qdisc (%s)\n", r.Test, r.Qdisc, r.Senders, side.name, s.Strategy)
+			fmt.Fprintf(w, "offered %d  enqueued %d  bypassed %d  sent %d in %d batches  requeued %d  quota hand-offs %d  link full %d  refused %d (overlimit %d, burst %d)  dropped %d (overlimit %d, link %d)\n",
+				s.Offered, s.Enqueued, s.Bypassed, s.Sent, s.Batches, s.Requeued, s.QuotaHandoffs, s.LinkFull,
+				s.Refused.Total(), s.Refused.Overlimit, s.Refused.Burst, s.Dropped.Total(), s.Dropped.Overlimit, s.Dropped.Link)
+			if err := s.WriteContention(w); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

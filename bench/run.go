@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/sched"
 )
 
 // Result is one cell's outcome. The JSON names are the stable interface of
@@ -45,6 +46,18 @@ type Result struct {
 	P50us  float64 `json:"p50_us"`
 	P99us  float64 `json:"p99_us"`
 	P999us float64 `json:"p999_us"`
+	// Contention is what the qdiscs counted in the window: their counters,
+	// lock contention and WritePacket latency. Nil for gVisor's none and
+	// fifo, which keep none.
+	Contention *Contention `json:"contention,omitempty"`
+}
+
+// Contention holds the qdisc profiles of both hosts for one cell: the
+// client's qdisc carries the senders' traffic, the server's the answers
+// and ACKs.
+type Contention struct {
+	Client *sched.Stats `json:"client,omitempty"`
+	Server *sched.Stats `json:"server,omitempty"`
 }
 
 // Phases of a cell, published to every worker through one atomic.
@@ -140,6 +153,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 
 	stopped := sleep(ctx, warmup(c.Duration))
 	l0c, l0s := topo.clientLink.LinkStats(), topo.serverLink.LinkStats()
+	q0c, q0s := topo.qdiscStats()
 	b0 := w.snapshot()
 	u0 := readUsage()
 	r.phase.Store(phaseMeasure)
@@ -149,6 +163,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	r.phase.Store(phaseStop)
 	u1 := readUsage()
 	b1 := w.snapshot()
+	q1c, q1s := topo.qdiscStats()
 	l1c, l1s := topo.clientLink.LinkStats(), topo.serverLink.LinkStats()
 	t := w.finish()
 	if stopped {
@@ -157,7 +172,20 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if err := r.failure(); err != nil {
 		return Result{}, fmt.Errorf("%v: %w", c, err)
 	}
-	return r.result(u0, u1, delta(l0c, l1c), delta(l0s, l1s), b1-b0, t), nil
+	res := r.result(u0, u1, delta(l0c, l1c), delta(l0s, l1s), b1-b0, t)
+	if q1c != nil || q1s != nil {
+		res.Contention = &Contention{Client: since(q0c, q1c), Server: since(q0s, q1s)}
+	}
+	return res, nil
+}
+
+// since returns what a qdisc counted between two snapshots.
+func since(before, after *sched.Stats) *sched.Stats {
+	if before == nil || after == nil {
+		return nil
+	}
+	d := after.Sub(*before)
+	return &d
 }
 
 // result turns the window's measurements into a Result.

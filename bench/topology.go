@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"net/netip"
 
+	"gvisor.dev/gvisor/pkg/tcpip"
+
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/mem"
+	"github.com/ustack-dev/ustack/sched"
 	"github.com/ustack-dev/ustack/stack"
 )
 
@@ -19,6 +22,7 @@ var (
 // topology is a client host and a server host joined by a link.
 type topology struct {
 	client, server         *stack.Stack
+	clientNIC, serverNIC   tcpip.NICID
 	clientLink, serverLink link.Reporter
 }
 
@@ -35,9 +39,10 @@ func newTopology(c Config) (*topology, error) {
 	t := &topology{clientLink: a, serverLink: b}
 	for _, h := range []struct {
 		st   **stack.Stack
+		nic  *tcpip.NICID
 		ep   *mem.Endpoint
 		addr netip.Addr
-	}{{&t.client, a, clientAddr}, {&t.server, b, serverAddr}} {
+	}{{&t.client, &t.clientNIC, a, clientAddr}, {&t.server, &t.serverNIC, b, serverAddr}} {
 		// Senders must learn when the NIC refuses a datagram, so that
 		// sent_pps counts what the stack took, not what it dropped at once.
 		s, err := stack.New(&stack.Options{UDPRecvErr: true})
@@ -46,12 +51,13 @@ func newTopology(c Config) (*topology, error) {
 			return nil, err
 		}
 		*h.st = s
-		id, err := s.AddNIC(h.ep, &stack.NICOptions{Qdisc: c.Qdisc})
+		id, err := s.AddNIC(h.ep, &stack.NICOptions{Qdisc: c.Qdisc, QdiscOptions: c.QdiscOptions})
 		if err != nil {
 			h.ep.Close()
 			t.close()
 			return nil, err
 		}
+		*h.nic = id
 		if err := s.AddAddress(id, netip.PrefixFrom(h.addr, 24)); err != nil {
 			t.close()
 			return nil, err
@@ -73,4 +79,16 @@ func (t *topology) close() {
 			c.Close()
 		}
 	}
+}
+
+// qdiscStats snapshots both hosts' qdisc counters, nil for a qdisc that
+// keeps none.
+func (t *topology) qdiscStats() (client, server *sched.Stats) {
+	if s, ok := t.client.QdiscStats(t.clientNIC); ok {
+		client = &s
+	}
+	if s, ok := t.server.QdiscStats(t.serverNIC); ok {
+		server = &s
+	}
+	return client, server
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/link/qdisc/fifo"
@@ -33,6 +34,20 @@ type Options struct {
 	// several (fifo: one dispatcher goroutine each); 0 means GOMAXPROCS,
 	// which is what runsc passes to gVisor's fifo.
 	Queues int
+	// Quota is how many packets one run sends before handing the rest to
+	// the background goroutine; 0 means DefaultQuota.
+	Quota int
+	// Batch is the most packets per WritePackets call; 0 means
+	// DefaultBatch. It never exceeds Quota.
+	Batch int
+	// MaxBurst caps llist's deferred list; 0 means DefaultMaxBurst.
+	MaxBurst int
+	// RetryInterval is how long to wait before retrying a full link that
+	// cannot signal writability; 0 means DefaultRetryInterval.
+	RetryInterval time.Duration
+	// NoProfile turns off the contention profile and the WritePacket
+	// latency histogram (on by default; the counters stay on).
+	NoProfile bool
 }
 
 func (o *Options) withDefaults() Options {
@@ -45,6 +60,18 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.Queues <= 0 {
 		r.Queues = runtime.GOMAXPROCS(0)
+	}
+	if r.Quota <= 0 {
+		r.Quota = DefaultQuota
+	}
+	if r.Batch <= 0 {
+		r.Batch = DefaultBatch
+	}
+	if r.MaxBurst <= 0 {
+		r.MaxBurst = DefaultMaxBurst
+	}
+	if r.RetryInterval <= 0 {
+		r.RetryInterval = DefaultRetryInterval
 	}
 	return r
 }
@@ -62,6 +89,20 @@ type entry struct {
 var registry = []entry{
 	{None, "gVisor's default: no queue, straight to the link in the sender's goroutine", newPassthrough},
 	{FIFO, "gVisor's qdisc/fifo as runsc configures it: GOMAXPROCS queues, a dispatcher goroutine each", newFIFO},
+	{RootLock, "ours: every enqueuer and the dequeuer on one root lock (Linux before 2010)", strategyFactory(rootLock)},
+	{BusyLock, "ours: enqueuers that find the qdisc running queue on a second lock first (Linux's busylock)", strategyFactory(busyLock)},
+	{EnqLock, "ours: enqueuers take an enqueue lock, the dequeuer only the root lock (2010 netdev RFC)", strategyFactory(enqLock)},
+	{LList, "ours: lock-free list; the first enqueuer takes the root lock for all (2025 netdev series)", strategyFactory(lList)},
+}
+
+func strategyFactory(s strategy) factory {
+	return func(lower stack.LinkWriter, opts Options) (stack.QueueingDiscipline, error) {
+		q, err := newQdisc(s, lower, opts)
+		if err != nil {
+			return nil, err
+		}
+		return q, nil
+	}
 }
 
 // Names returns the registered discipline names, baselines first.

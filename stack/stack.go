@@ -232,6 +232,24 @@ func (s *Stack) Close() error {
 	return nil
 }
 
+// QdiscStats returns the counters and contention profile of the NIC's
+// queueing discipline, if it is one of ours (gVisor's none and fifo keep
+// none).
+func (s *Stack) QdiscStats(id tcpip.NICID) (sched.Stats, bool) {
+	s.mu.Lock()
+	var qd gstack.QueueingDiscipline
+	for _, n := range s.nics {
+		if n.id == id {
+			qd = n.qd
+		}
+	}
+	s.mu.Unlock()
+	if r, ok := qd.(sched.Reporter); ok {
+		return r.QdiscStats(), true
+	}
+	return sched.Stats{}, false
+}
+
 func protocolOf(a netip.Addr) tcpip.NetworkProtocolNumber {
 	if a.Unmap().Is4() {
 		return ipv4.ProtocolNumber

@@ -312,3 +312,27 @@ func TestUDPRecvErrReleasesErrorQueue(t *testing.T) {
 	_, ok := c.(net.PacketConn)
 	require.True(t, ok, "a UDP conn is also a PacketConn")
 }
+
+// TestQdiscBackpressureThroughStack runs TCP over a 16-packet ring, so the
+// link refuses all the time: our qdiscs must requeue and resume on the
+// link's writability signal, and the data must still arrive intact.
+func TestQdiscBackpressureThroughStack(t *testing.T) {
+	for _, q := range []string{sched.RootLock, sched.BusyLock, sched.EnqLock, sched.LList} {
+		t.Run(q, func(t *testing.T) {
+			mo := mem.DefaultOptions()
+			mo.RingSize = 16
+			p := stacktest.New(t, &stacktest.Options{Mem: &mo, Qdisc: q})
+			transferBothWays(t, p, stacktest.B4, 4<<20)
+			st := p.A.Stats()
+			nic := st.NICs[0]
+			require.True(t, nic.HasQdiscStats)
+			qs := nic.QdiscStats
+			require.Equal(t, q, qs.Strategy)
+			require.Positive(t, qs.LinkFull, "the ring filled")
+			require.Positive(t, qs.Requeued, "refused packets went back to the queue")
+			require.Positive(t, qs.WritableWakeups, "the link said when it had room")
+			require.Equal(t, qs.Enqueued, qs.Sent+qs.Dropped.Total()+uint64(qs.Backlog))
+			require.Equal(t, nic.Link.TXPackets, qs.Sent, "what the qdisc sent, the link took")
+		})
+	}
+}

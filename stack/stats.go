@@ -8,6 +8,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 
 	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/sched"
 )
 
 // Stats is one snapshot of everything a Stack counts.
@@ -28,6 +29,11 @@ type NICStats struct {
 	// (HasLink); every ustack endpoint does.
 	Link    link.Stats
 	HasLink bool
+	// QdiscStats holds the queueing discipline's counters and contention
+	// profile when it keeps them (HasQdiscStats): ours do, gVisor's none
+	// and fifo do not.
+	QdiscStats    sched.Stats
+	HasQdiscStats bool
 	// GVisor holds gVisor's per-NIC counters (tcpip.NICStats) by field
 	// path, such as "Tx.Packets" or "TxPacketsDroppedNoBufferSpace".
 	GVisor map[string]uint64
@@ -61,6 +67,9 @@ func (s *Stack) Stats() Stats {
 		ns := NICStats{ID: n.id, Name: n.name, Qdisc: n.qdisc, GVisor: map[string]uint64{}}
 		if r, ok := n.ep.(link.Reporter); ok {
 			ns.Link, ns.HasLink = r.LinkStats(), true
+		}
+		if r, ok := n.qd.(sched.Reporter); ok {
+			ns.QdiscStats, ns.HasQdiscStats = r.QdiscStats(), true
 		}
 		if i, ok := info[n.id]; ok {
 			flatten(reflect.ValueOf(&i.Stats).Elem(), "", ns.GVisor)

@@ -49,6 +49,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		asJSON   = fs.Bool("json", false, "write results as JSON")
 		asCSV    = fs.Bool("csv", false, "write results as CSV")
 		plotPath = fs.String("plot", "", "also draw rate against senders into this PNG file")
+		qlimit   = fs.Int("qdisc-limit", sched.DefaultLimit, "queue length of every qdisc, in packets")
+		contend  = fs.Bool("contention", false, "after the table, print each cell's qdisc counters, lock contention and WritePacket latency histogram (JSON always carries them)")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: ustack bench [flags]\n\nRuns netperf-style tests between two ustack hosts in this process and\nprints one row per configuration (medians of -count runs, alternated).\n\nFlags:\n")
@@ -101,6 +103,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		} else {
 			p.Mem = &mo
 		}
+		if *qlimit < 1 {
+			return p, usageError{fmt.Errorf("-qdisc-limit %d: must be at least 1", *qlimit)}
+		}
+		p.QdiscOptions = &sched.Options{Limit: *qlimit}
 		if err := p.Validate(); err != nil {
 			return p, usageError{err}
 		}
@@ -130,6 +136,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		err = bench.WriteCSV(stdout, results)
 	default:
 		err = bench.WriteTable(stdout, results)
+		if err == nil && *contend {
+			err = bench.WriteContention(stdout, results)
+		}
 	}
 	if err == nil && *plotPath != "" {
 		err = bench.WritePlot(*plotPath, results)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ustack-dev/ustack/internal/leakcheck"
+	"github.com/ustack-dev/ustack/sched"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }
@@ -25,7 +26,8 @@ func TestBadFlagsExit2WithChoices(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"bench", "-qdisc", "red"}, "none, fifo"},
+		{[]string{"bench", "-qdisc", "red"}, "none, fifo, rootlock, busylock, enqlock, llist"},
+		{[]string{"bench", "-qdisc-limit", "0"}, "-qdisc-limit"},
 		{[]string{"bench", "-test", "ping"}, "udp_stream, tcp_stream, tcp_rr, udp_rr"},
 		{[]string{"bench", "-link", "wire"}, "valid links are mem"},
 		{[]string{"bench", "-size", "-5"}, "size"},
@@ -71,10 +73,23 @@ func TestBenchJSON(t *testing.T) {
 		Results []map[string]any `json:"results"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &doc))
-	require.Len(t, doc.Results, 2*2*2)
+	require.Equal(t, 2*2*len(sched.Names()), len(doc.Results), "a row per test, qdisc and sender count")
 	require.Equal(t, "udp_rr", doc.Results[0]["test"])
 	require.Equal(t, "none", doc.Results[0]["qdisc"], "the baseline comes first")
 	require.FileExists(t, png)
+	for _, r := range doc.Results {
+		_, has := r["contention"]
+		require.Equal(t, r["qdisc"] != "none" && r["qdisc"] != "fifo", has, "ours carry a contention profile, gVisor's keep none")
+	}
+}
+
+func TestBenchContention(t *testing.T) {
+	code, out, errs := runCmd("bench", "-test", "udp_stream", "-qdisc", "none,llist", "-senders", "4", "-duration", "20ms", "-count", "1", "-contention")
+	require.Equal(t, 0, code, errs)
+	require.Contains(t, out, "client qdisc (llist)")
+	require.Contains(t, out, "defer_list")
+	require.Contains(t, out, "@writepacket_ns:")
+	require.NotContains(t, out, "(none)")
 }
 
 func TestBenchTableAndCSV(t *testing.T) {

@@ -64,6 +64,11 @@ type ring struct {
 	parked bool // the receive goroutine sleeps until wake
 	wake   chan struct{}
 
+	// writable, if set, is called after the receiver frees room following
+	// a refused write (wantWritable), so a qdisc can resume.
+	writable     func()
+	wantWritable bool
+
 	// The writer's TX counters, updated under mu, which the writer holds
 	// anyway: no extra shared cache line per packet.
 	txPackets, txBytes, txCalls, txFull, txClosed uint64
@@ -300,6 +305,9 @@ func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 	r.txBytes += uint64(bytes)
 	refused := len(list) - n
 	r.txFull += uint64(refused)
+	if refused > 0 {
+		r.wantWritable = true
+	}
 	wake := r.parked && n > 0
 	if wake {
 		r.parked = false
@@ -315,6 +323,15 @@ func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 		return n, &tcpip.ErrNoBufferSpace{}
 	}
 	return n, nil
+}
+
+// NotifyWritable implements sched.WritableNotifier: after a write that
+// the ring refused, f is called once the peer's receive goroutine has made
+// room, from that goroutine, with no lock held.
+func (e *Endpoint) NotifyWritable(f func()) {
+	e.tx.mu.Lock()
+	e.tx.writable = f
+	e.tx.mu.Unlock()
 }
 
 // LinkStats implements link.Reporter. Impairment counters are on the
@@ -388,7 +405,10 @@ func (rc *receiver) loop() {
 	defer close(rc.e.done)
 	delayed := rc.r.stamps != nil
 	for {
-		k, wait := rc.take()
+		k, wait, writable := rc.take()
+		if writable != nil {
+			writable()
+		}
 		if k > 0 {
 			rc.deliverBatch(rc.batch[:k])
 			continue
@@ -422,12 +442,12 @@ func (rc *receiver) loop() {
 
 // take moves up to a batch of due packets from the ring into rc.batch. If
 // none is due it returns 0 and how long until the head is due (0 when the
-// ring is empty, in which case it has marked the ring parked).
-func (rc *receiver) take() (int, time.Duration) {
+// ring is empty, in which case it has marked the ring parked). If it made
+// room after a refused write, it returns the writer's callback to call.
+func (rc *receiver) take() (k int, wait time.Duration, writable func()) {
 	r := rc.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	k := 0
 	var now int64
 	if r.stamps != nil && r.n > 0 {
 		now = nanotime()
@@ -437,7 +457,7 @@ func (rc *receiver) take() (int, time.Duration) {
 			due := rc.due(r.stamps[r.head])
 			if due > now {
 				if k == 0 {
-					return 0, time.Duration(due - now)
+					return 0, time.Duration(due - now), nil
 				}
 				break
 			}
@@ -451,8 +471,11 @@ func (rc *receiver) take() (int, time.Duration) {
 	}
 	if k == 0 {
 		r.parked = true
+	} else if r.wantWritable {
+		r.wantWritable = false
+		writable = r.writable
 	}
-	return k, 0
+	return k, 0, writable
 }
 
 // due returns when the head packet, enqueued at stamp, may be delivered,
