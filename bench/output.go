@@ -137,8 +137,8 @@ func WriteContention(w io.Writer, rs []Result) error {
 			name string
 			s    *sched.Stats
 		}{{"client", r.Contention.Client}, {"server", r.Contention.Server}} {
-			if side.s == nil {
-				continue
+			if side.s == nil || side.s.Offered == 0 {
+				continue // no traffic that way (udp_stream's server)
 			}
 			s := side.s
 			fmt.Fprintf(w, "\n== %s %s senders=%d: %s qdisc (%s)\n", r.Test, r.Qdisc, r.Senders, side.name, s.Strategy)

@@ -41,13 +41,21 @@ func (q *Qdisc) admitLList(pkt *stack.PacketBuffer) tcpip.Error {
 		}
 		n.next = old
 		n.depth.Store(depth)
-		if int(depth) > q.maxBurst {
-			// Linux's qdisc_max_burst: a list this long means the leader
-			// cannot keep up; refuse rather than defer without bound.
+		// Linux's qdisc_max_burst: a list this long means the leader cannot
+		// keep up; refuse rather than defer without bound. And what the
+		// queue has no room for would only be dropped by the leader after
+		// this caller was told it was accepted: refuse it now, so the
+		// caller knows, as the lock-based strategies' callers do.
+		burst := int(depth) > q.maxBurst
+		if burst || int(depth)+int(q.backlogHint.Load()) > q.limit {
 			n.pkt, n.next = nil, nil
 			nodePool.Put(n)
 			pkt.DecRef()
-			q.burstRefused.Add(1)
+			if burst {
+				q.burstRefused.Add(1)
+			} else {
+				q.overRefused.Add(1)
+			}
 			return &tcpip.ErrNoBufferSpace{}
 		}
 		if q.deferred.CompareAndSwap(old, n) {
@@ -119,6 +127,7 @@ func (q *Qdisc) leadLList() tcpip.Error {
 		}
 	}
 	q.llScratch = nodes[:0]
+	q.backlogHint.Store(int32(q.fifo.len()))
 	q.root.unlock()
 	for _, p := range release {
 		p.DecRef()

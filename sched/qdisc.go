@@ -125,6 +125,10 @@ type Qdisc struct {
 	deferred     atomic.Pointer[node] // llist's list, newest first
 	casRetries   atomic.Uint64
 	burstRefused atomic.Uint64
+	overRefused  atomic.Uint64 // llist pushes refused for a full queue
+	// backlogHint mirrors the queue length for llist's pushers, which do
+	// not take the root lock: written once per batch under it.
+	backlogHint atomic.Int32
 
 	// The runner's scratch: only the token holder touches them.
 	batch   stack.PacketBufferList
@@ -327,19 +331,20 @@ func (q *Qdisc) run(first *stack.PacketBuffer) {
 	}
 }
 
-// fillLocked moves up to max packets from the queue into the runner's
+// fillLocked moves up to budget packets from the queue into the runner's
 // batch. If there is nothing to send it releases the token and the root
 // lock and returns false; otherwise it returns true with the lock held.
-func (q *Qdisc) fillLocked(max int) bool {
+func (q *Qdisc) fillLocked(budget int) bool {
 	if q.closed || q.fifo.len() == 0 {
 		q.setRunningLocked(false)
 		q.root.unlock()
 		return false
 	}
-	k := min(max, q.batchMax, q.fifo.len())
+	k := min(budget, q.batchMax, q.fifo.len())
 	for range k {
 		q.batch.PushBack(q.fifo.popFront())
 	}
+	q.backlogHint.Store(int32(q.fifo.len()))
 	return true
 }
 
@@ -390,6 +395,7 @@ func (q *Qdisc) xmit() (sent int, full bool, seq uint64) {
 	q.dropped.Link += linkDrops
 	if len(q.requeue) > 0 {
 		q.fifo.pushFront(q.requeue)
+		q.backlogHint.Store(int32(q.fifo.len()))
 		q.requeued += uint64(len(q.requeue))
 		clear(q.requeue)
 		if linkDrops > 0 {
@@ -480,6 +486,7 @@ func (q *Qdisc) Close() {
 		release = append(release, q.fifo.popFront())
 	}
 	q.dropped.Closed += uint64(len(release))
+	q.backlogHint.Store(0)
 	q.root.mu.Unlock()
 	for _, p := range release {
 		p.DecRef()
@@ -498,11 +505,11 @@ func (q *Qdisc) QdiscStats() Stats {
 	case enqLock:
 		locks = append(locks, q.enq.stats())
 	}
-	burst := q.burstRefused.Load()
+	burst, over := q.burstRefused.Load(), q.overRefused.Load()
 	q.root.mu.Lock()
 	s := Stats{
 		Strategy:      strategyNames[q.strat],
-		Offered:       q.offered + burst,
+		Offered:       q.offered + burst + over,
 		Enqueued:      q.enqueued,
 		Bypassed:      q.bypassed,
 		Sent:          q.sent,
@@ -517,6 +524,7 @@ func (q *Qdisc) QdiscStats() Stats {
 		TimerRetries:  q.retries,
 	}
 	s.Refused.Burst += burst
+	s.Refused.Overlimit += over
 	root := q.root.statsLocked()
 	q.root.mu.Unlock()
 	locks = append(locks, root)

@@ -471,12 +471,19 @@ func (rc *receiver) take() (k int, wait time.Duration, writable func()) {
 	}
 	if k == 0 {
 		r.parked = true
-	} else if r.wantWritable {
+	} else if r.wantWritable && len(r.pkts)-r.n >= r.wakeRoom() {
 		r.wantWritable = false
 		writable = r.writable
 	}
 	return k, 0, writable
 }
+
+// wakeRoom is how much room the ring must have before a writer it refused
+// is told it can write again: a quarter of the ring, at least one packet.
+// Waking on every freed slot would have the writer come back for one
+// packet at a time; drivers likewise wake a stopped TX queue only once a
+// threshold of descriptors is free.
+func (r *ring) wakeRoom() int { return max(len(r.pkts)/4, 1) }
 
 // due returns when the head packet, enqueued at stamp, may be delivered,
 // drawing its jitter once and never earlier than the packet before it.
