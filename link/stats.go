@@ -18,6 +18,12 @@ type Stats struct {
 	// TXClosed counts packets refused because the endpoint or its peer was
 	// closed.
 	TXClosed uint64
+	// TXErrors counts packets a device failed with a hard error (the
+	// device went away, say); they are dropped.
+	TXErrors uint64
+	// TXSyscalls counts write system calls (sendmmsg, write, ring kicks):
+	// TXPackets/TXSyscalls is what bulk transmit achieved.
+	TXSyscalls uint64
 
 	// RXPackets and RXBytes count packets delivered to the attached stack.
 	RXPackets, RXBytes uint64
@@ -33,6 +39,14 @@ type Stats struct {
 	// RXClosed counts accepted packets still queued when the endpoint was
 	// closed, and released without delivery.
 	RXClosed uint64
+	// RXBadChecksum counts packets dropped because a checksum the kernel
+	// had not vouched for was wrong.
+	RXBadChecksum uint64
+	// RXErrors counts failed reads and packets a device handed over that
+	// could not be parsed (a bad virtio-net header, a truncated frame).
+	RXErrors uint64
+	// RXSyscalls counts read system calls (recvmmsg, read, ring polls).
+	RXSyscalls uint64
 
 	// ImpairLost, ImpairDuplicated, ImpairReordered, ImpairCorrupted and
 	// ImpairDelayed count what fault injection did to accepted packets.
