@@ -17,6 +17,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/ustack-dev/ustack/bench"
+	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/mem"
 	"github.com/ustack-dev/ustack/sched"
 )
@@ -32,7 +33,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ustack bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		link     = fs.String("link", "mem", "link between the hosts: "+strings.Join(bench.Links(), ", "))
+		linkName = fs.String("link", "mem", "link between the hosts: "+strings.Join(bench.Links(), ", "))
 		tests    = fs.String("test", "udp_stream,tcp_rr", "tests, comma-separated, or all: "+strings.Join(bench.Tests(), ", "))
 		qdiscs   = fs.String("qdisc", "all", "queueing disciplines, comma-separated, or all: "+strings.Join(sched.Names(), ", "))
 		senders  = fs.String("senders", "1,64", "sender (session) counts, comma-separated")
@@ -70,7 +71,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		if *asJSON && *asCSV {
 			return bench.Plan{}, usageError{errors.New("-json and -csv: choose one")}
 		}
-		p := bench.Plan{Link: *link, Size: *size, Duration: *duration, Count: *count}
+		p := bench.Plan{Link: *linkName, Size: *size, Duration: *duration, Count: *count}
 		var err error
 		if p.Tests, err = parseList(*tests, bench.Tests(), "test"); err != nil {
 			return p, err
@@ -95,7 +96,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		if mo.TXCost, err = mem.ParseTXCost(*txCost); err != nil {
 			return p, usageError{fmt.Errorf("-mem-tx-cost: %w", err)}
 		}
-		if mo.Impair, err = mem.ParseImpairments(*impair); err != nil {
+		if mo.Impair, err = link.ParseImpairments(*impair); err != nil {
 			return p, usageError{fmt.Errorf("-impair: %w", err)}
 		}
 		if _, _, err := mem.Pair(&mo); err != nil {

@@ -4,12 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/ustack-dev/ustack/link"
 )
 
 const (
@@ -106,7 +107,7 @@ func (o *Options) normalize() (Options, error) {
 	case r.TXCost.Call < 0 || r.TXCost.Packet < 0:
 		return r, fmt.Errorf("mem: TX cost %v: must not be negative", r.TXCost)
 	}
-	if err := r.Impair.validate(); err != nil {
+	if err := r.Impair.Validate(); err != nil {
 		return r, err
 	}
 	if r.Impair.Corrupt > 0 && r.ChecksumOffload {
@@ -161,131 +162,6 @@ func (c TXCost) spin(n int) {
 	}
 }
 
-// Impairments are faults injected by each direction's device goroutine.
-// Probabilities are fractions from 0 to 1. The random sequence is seeded, so
-// a run with the same traffic sees the same faults.
-type Impairments struct {
-	// Loss drops a packet.
-	Loss float64
-	// Duplicate delivers a packet twice.
-	Duplicate float64
-	// Reorder holds a packet back and delivers it after the next one.
-	Reorder float64
-	// Corrupt flips one bit of a packet. It needs checksum offload off.
-	Corrupt float64
-	// Delay holds every packet for this long before delivery.
-	Delay time.Duration
-	// Jitter adds a uniformly random extra delay up to this long. Packets
-	// still leave in order: jitter alone never reorders.
-	Jitter time.Duration
-	// Seed seeds the fault sequence; the two directions derive different
-	// sequences from it.
-	Seed uint64
-}
-
-// Active reports whether any fault is configured.
-func (im Impairments) Active() bool {
-	return im.Loss > 0 || im.Duplicate > 0 || im.Reorder > 0 || im.Corrupt > 0 || im.Delay > 0 || im.Jitter > 0
-}
-
-func (im Impairments) validate() error {
-	for _, p := range []struct {
-		name string
-		v    float64
-	}{{"loss", im.Loss}, {"dup", im.Duplicate}, {"reorder", im.Reorder}, {"corrupt", im.Corrupt}} {
-		if !(p.v >= 0 && p.v <= 1) {
-			return fmt.Errorf("mem: impairment %s=%v: must be a fraction from 0 to 1", p.name, p.v)
-		}
-	}
-	if im.Delay < 0 || im.Jitter < 0 {
-		return fmt.Errorf("mem: impairment delay %v, jitter %v: must not be negative", im.Delay, im.Jitter)
-	}
-	return nil
-}
-
-// String formats im as ParseImpairments reads it; "none" when inactive.
-func (im Impairments) String() string {
-	var parts []string
-	pct := func(name string, v float64) {
-		if v > 0 {
-			parts = append(parts, name+"="+strconv.FormatFloat(v*100, 'g', -1, 64)+"%")
-		}
-	}
-	pct("loss", im.Loss)
-	pct("dup", im.Duplicate)
-	pct("reorder", im.Reorder)
-	pct("corrupt", im.Corrupt)
-	if im.Delay > 0 {
-		parts = append(parts, "delay="+im.Delay.String())
-	}
-	if im.Jitter > 0 {
-		parts = append(parts, "jitter="+im.Jitter.String())
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	if im.Seed != 0 {
-		parts = append(parts, "seed="+strconv.FormatUint(im.Seed, 10))
-	}
-	return strings.Join(parts, ",")
-}
-
-// ParseImpairments reads a comma-separated list of KEY=VALUE: loss, dup,
-// reorder and corrupt take a percentage ("5%") or a fraction ("0.05");
-// delay and jitter take Go durations; seed takes an unsigned integer.
-// "" and "none" mean no impairment.
-func ParseImpairments(s string) (Impairments, error) {
-	var im Impairments
-	s = strings.TrimSpace(s)
-	if s == "" || s == "none" {
-		return im, nil
-	}
-	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		if !ok {
-			return Impairments{}, fmt.Errorf("impairment %q: want KEY=VALUE with KEY one of loss, dup, reorder, corrupt, delay, jitter, seed", kv)
-		}
-		var err error
-		switch k {
-		case "loss":
-			im.Loss, err = parseFraction(v)
-		case "dup", "duplicate":
-			im.Duplicate, err = parseFraction(v)
-		case "reorder":
-			im.Reorder, err = parseFraction(v)
-		case "corrupt":
-			im.Corrupt, err = parseFraction(v)
-		case "delay":
-			im.Delay, err = time.ParseDuration(v)
-		case "jitter":
-			im.Jitter, err = time.ParseDuration(v)
-		case "seed":
-			im.Seed, err = strconv.ParseUint(v, 10, 64)
-		default:
-			return Impairments{}, fmt.Errorf("impairment %q: unknown key %q: valid keys are loss, dup, reorder, corrupt, delay, jitter, seed", kv, k)
-		}
-		if err != nil {
-			return Impairments{}, fmt.Errorf("impairment %q: %w", kv, err)
-		}
-	}
-	if err := im.validate(); err != nil {
-		return Impairments{}, err
-	}
-	return im, nil
-}
-
-func parseFraction(v string) (float64, error) {
-	scale := 1.0
-	if t, ok := strings.CutSuffix(v, "%"); ok {
-		v, scale = t, 0.01
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a percentage or fraction", v)
-	}
-	f *= scale
-	if !(f >= 0 && f <= 1) {
-		return 0, fmt.Errorf("%q: must be from 0%% to 100%%", v)
-	}
-	return f, nil
-}
+// Impairments are the faults each direction's device goroutine injects;
+// the type is shared with the impair wrapper for other endpoints.
+type Impairments = link.Impairments
