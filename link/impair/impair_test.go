@@ -119,7 +119,9 @@ func TestCorruptionDroppedWhenStackWouldNotCheck(t *testing.T) {
 	opts := impair.Options{RX: link.Impairments{Corrupt: 0.2, Seed: 3}}
 	a, b, w := hosts(t, opts, nil, sched.None)
 	transfer(t, a, b, 1<<20)
-	rx, _ := w.(interface{ Counts() (impair.Counts, impair.Counts) }).Counts()
+	rx, _ := w.(interface {
+		Counts() (impair.Counts, impair.Counts)
+	}).Counts()
 	require.Positive(t, rx.CorruptDropped)
 	require.Zero(t, rx.Corrupted)
 }
