@@ -1,0 +1,180 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/ustack-dev/ustack/sched"
+	"github.com/ustack-dev/ustack/stack"
+)
+
+// Config describes a host to serve.
+type Config struct {
+	// Endpoint is the link the host runs on. The host owns it from New on
+	// and closes it in Close, also when New fails.
+	Endpoint gstack.LinkEndpoint
+	// Name names the NIC (in stats and metrics); "" means "eth0".
+	Name string
+	// Addrs are the host's addresses with their prefix lengths.
+	Addrs []netip.Prefix
+	// Gateways are default gateways, at most one per IP version.
+	Gateways []netip.Addr
+	// Qdisc names the NIC's queueing discipline; "" means sched.None.
+	Qdisc string
+	// Stack tunes the stack; nil means the defaults.
+	Stack *stack.Options
+	// Ports says which services run.
+	Ports Ports
+	// Metrics is a host (kernel) address to serve Prometheus metrics on,
+	// such as "127.0.0.1:9100"; "" turns metrics off.
+	Metrics string
+}
+
+// Host is a running server: a stack on a link with its services.
+type Host struct {
+	st      *stack.Stack
+	svc     *Services
+	metrics *http.Server
+	mln     net.Listener
+	done    chan struct{} // closed when the metrics server has stopped
+}
+
+// New builds the stack, starts the services and the metrics endpoint.
+func New(cfg Config) (*Host, error) {
+	if cfg.Endpoint == nil {
+		return nil, errors.New("serve: no link endpoint")
+	}
+	if len(cfg.Addrs) == 0 {
+		cfg.Endpoint.Close()
+		return nil, errors.New("serve: no address: give the host at least one CIDR")
+	}
+	if cfg.Name == "" {
+		cfg.Name = "eth0"
+	}
+	st, err := stack.New(cfg.Stack)
+	if err != nil {
+		cfg.Endpoint.Close()
+		return nil, err
+	}
+	h := &Host{st: st}
+	fail := func(err error) (*Host, error) {
+		h.Close()
+		return nil, err
+	}
+	id, err := st.AddNIC(cfg.Endpoint, &stack.NICOptions{Name: cfg.Name, Qdisc: cfg.Qdisc})
+	if err != nil {
+		cfg.Endpoint.Close()
+		return fail(err)
+	}
+	// One listener per service: on [::] if the host has IPv6 (gVisor's
+	// IPv6 sockets are dual-stack, so it takes IPv4 too), else 0.0.0.0.
+	families := []netip.Addr{netip.IPv4Unspecified()}
+	for _, p := range cfg.Addrs {
+		if err := st.AddAddress(id, p); err != nil {
+			return fail(err)
+		}
+		if p.Addr().Unmap().Is6() {
+			families[0] = netip.IPv6Unspecified()
+		}
+	}
+	for _, gw := range cfg.Gateways {
+		if err := st.SetDefaultGateway(gw, id); err != nil {
+			return fail(err)
+		}
+	}
+	if h.svc, err = Start(st, families, cfg.Ports, nil); err != nil {
+		return fail(err)
+	}
+	if cfg.Metrics != "" {
+		reg := prometheus.NewRegistry()
+		if err := reg.Register(NewCollector(st, h.svc)); err != nil {
+			return fail(fmt.Errorf("serve: metrics: %w", err))
+		}
+		h.mln, err = net.Listen("tcp", cfg.Metrics)
+		if err != nil {
+			return fail(fmt.Errorf("serve: metrics on %s: %w", cfg.Metrics, err))
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		h.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		h.done = make(chan struct{})
+		go func() {
+			defer close(h.done)
+			h.metrics.Serve(h.mln)
+		}()
+	}
+	return h, nil
+}
+
+// Stack returns the host's stack.
+func (h *Host) Stack() *stack.Stack { return h.st }
+
+// Services returns the host's services.
+func (h *Host) Services() *Services { return h.svc }
+
+// MetricsAddr returns where metrics are served, or "" if they are off.
+func (h *Host) MetricsAddr() string {
+	if h.mln == nil {
+		return ""
+	}
+	return h.mln.Addr().String()
+}
+
+// Close stops the metrics endpoint and the services, then the stack (which
+// closes the link). Idempotent.
+func (h *Host) Close() error {
+	if h.metrics != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		h.metrics.Shutdown(ctx)
+		cancel()
+		h.metrics = nil
+		<-h.done
+	}
+	if h.svc != nil {
+		h.svc.Close()
+	}
+	return h.st.Close()
+}
+
+// Run serves until ctx ends, then shuts down cleanly, logging what it
+// serves to log.
+func Run(ctx context.Context, cfg Config, log io.Writer) error {
+	h, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "ustack serve: %v on %s (qdisc %s)", cfg.Addrs, cfg.Name, qdiscName(cfg.Qdisc))
+	if cfg.Ports.Echo != 0 {
+		fmt.Fprintf(log, ", echo %d", cfg.Ports.Echo)
+	}
+	if cfg.Ports.Discard != 0 {
+		fmt.Fprintf(log, ", discard %d", cfg.Ports.Discard)
+	}
+	if cfg.Ports.HTTP != 0 {
+		fmt.Fprintf(log, ", http %d", cfg.Ports.HTTP)
+	}
+	if a := h.MetricsAddr(); a != "" {
+		fmt.Fprintf(log, ", metrics http://%s/metrics", a)
+	}
+	fmt.Fprintln(log)
+	<-ctx.Done()
+	fmt.Fprintln(log, "ustack serve: shutting down")
+	return h.Close()
+}
+
+func qdiscName(q string) string {
+	if q == "" {
+		return sched.None
+	}
+	return q
+}
