@@ -52,17 +52,11 @@ type Endpoint struct {
 	rxHeld      *stack.PacketBuffer // a received packet held for reordering
 	rxHeldProto tcpip.NetworkProtocolNumber
 	txHeld      *stack.PacketBuffer // a sent packet held for reordering
-	dispatcher  atomic.Pointer[dispatcherRef]
 	rxOffload   bool
 	delays      *delayLine
 	rx, tx      counts
-
-	closeMu sync.Mutex // guards closed and onClose
-	closed  bool
-	onClose func()
+	life        link.Lifecycle
 }
-
-type dispatcherRef struct{ d stack.NetworkDispatcher }
 
 type counts struct {
 	lost, duplicated, reordered, corrupted, corruptDropped, delayed atomic.Uint64
@@ -151,48 +145,29 @@ func (e *Endpoint) SupportedGSO() stack.SupportedGSO {
 // Attach implements stack.LinkEndpoint: the wrapped endpoint delivers to
 // the wrapper, which delivers what survives to d.
 func (e *Endpoint) Attach(d stack.NetworkDispatcher) {
+	e.life.AttachAndStart(d, func() {})
 	if d == nil {
-		e.dispatcher.Store(nil)
 		e.LinkEndpoint.Attach(nil)
 		return
 	}
-	e.dispatcher.Store(&dispatcherRef{d})
 	e.LinkEndpoint.Attach(rxTap{e})
 }
 
 // IsAttached implements stack.LinkEndpoint.
-func (e *Endpoint) IsAttached() bool { return e.dispatcher.Load() != nil }
+func (e *Endpoint) IsAttached() bool { return e.life.IsAttached() }
 
-func (e *Endpoint) upper() stack.NetworkDispatcher {
-	if r := e.dispatcher.Load(); r != nil {
-		return r.d
-	}
-	return nil
-}
+func (e *Endpoint) upper() stack.NetworkDispatcher { return e.life.Dispatcher() }
 
 // SetOnCloseAction implements stack.LinkEndpoint. The action belongs to
 // the wrapper (the NIC holds the wrapper, not the wrapped endpoint).
-func (e *Endpoint) SetOnCloseAction(f func()) {
-	e.closeMu.Lock()
-	e.onClose = f
-	e.closeMu.Unlock()
-}
+func (e *Endpoint) SetOnCloseAction(f func()) { e.life.SetOnCloseAction(f) }
 
 // Close runs the on-close action (which removes the NIC), closes the
 // wrapped endpoint, stops the delay goroutine and releases every packet
 // held back or delayed. Idempotent.
 func (e *Endpoint) Close() {
-	e.closeMu.Lock()
-	if e.closed {
-		e.closeMu.Unlock()
+	if first, _ := e.life.BeginClose(); !first {
 		return
-	}
-	e.closed = true
-	action := e.onClose
-	e.onClose = nil
-	e.closeMu.Unlock()
-	if action != nil {
-		action()
 	}
 	e.LinkEndpoint.Close()
 	e.delays.close()

@@ -33,12 +33,8 @@ type Endpoint struct {
 	// rx is the ring the peer writes; this endpoint's goroutine drains it.
 	tx, rx *ring
 
-	dispatcher atomic.Pointer[dispatcherRef]
+	link.Lifecycle
 
-	mu       sync.Mutex // guards the fields below
-	started  bool
-	closed   bool
-	onClose  func()
 	stop     chan struct{}
 	done     chan struct{}
 	receiver *receiver // owned by the receive goroutine until done is closed
@@ -48,9 +44,6 @@ type Endpoint struct {
 	lost, duplicated, reordered, corrupt atomic.Uint64
 	delayed                              atomic.Uint64
 }
-
-// dispatcherRef boxes an interface so it can live in an atomic.Pointer.
-type dispatcherRef struct{ d stack.NetworkDispatcher }
 
 // ring is one direction of the pair: a bounded FIFO of packets written by
 // one endpoint and drained by the other's receive goroutine.
@@ -157,40 +150,10 @@ func (*Endpoint) AddHeader(*stack.PacketBuffer) {}
 func (*Endpoint) ParseHeader(*stack.PacketBuffer) bool { return true }
 
 // Attach implements stack.LinkEndpoint. The first Attach with a dispatcher
-// starts the receive goroutine. Attach(nil) detaches at once without
-// waiting: gVisor calls it holding the stack's lock, which a delivery in
-// progress may be waiting for. Packets that arrive while detached are
-// dropped and counted in RXDetached.
+// starts the receive goroutine; Attach(nil) detaches at once, and packets
+// that arrive while detached are dropped and counted in RXDetached.
 func (e *Endpoint) Attach(d stack.NetworkDispatcher) {
-	if d == nil {
-		e.dispatcher.Store(nil)
-		return
-	}
-	e.dispatcher.Store(&dispatcherRef{d: d})
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if !e.started && !e.closed {
-		e.started = true
-		go e.receiver.loop()
-	}
-}
-
-// IsAttached implements stack.LinkEndpoint.
-func (e *Endpoint) IsAttached() bool { return e.dispatcher.Load() != nil }
-
-// Wait implements stack.LinkEndpoint. It returns at once: gVisor calls it
-// holding the stack's lock, and the receive goroutine may be blocked on
-// that lock inside a delivery (an ICMP reply or a SYN-ACK looks up a
-// route). Close stops and joins the goroutine; gVisor's Stack.Wait calls
-// Close right after releasing its lock, so Stack.Destroy still returns with
-// the goroutine gone.
-func (*Endpoint) Wait() {}
-
-// SetOnCloseAction implements stack.LinkEndpoint.
-func (e *Endpoint) SetOnCloseAction(f func()) {
-	e.mu.Lock()
-	e.onClose = f
-	e.mu.Unlock()
+	e.AttachAndStart(d, func() { go e.receiver.loop() })
 }
 
 // Close implements stack.LinkEndpoint. It runs the on-close action (which
@@ -200,21 +163,10 @@ func (e *Endpoint) SetOnCloseAction(f func()) {
 // this endpoint already wrote are still delivered to the peer. Close is
 // idempotent.
 func (e *Endpoint) Close() {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
+	first, started := e.BeginClose()
+	if !first {
 		return
 	}
-	e.closed = true
-	action := e.onClose
-	e.onClose = nil
-	started := e.started
-	e.mu.Unlock()
-
-	if action != nil {
-		action()
-	}
-	e.dispatcher.Store(nil)
 	close(e.stop)
 	if started {
 		<-e.done
@@ -500,12 +452,7 @@ func (rc *receiver) due(stamp int64) int64 {
 	return rc.headDue
 }
 
-func (rc *receiver) dispatcher() stack.NetworkDispatcher {
-	if ref := rc.e.dispatcher.Load(); ref != nil {
-		return ref.d
-	}
-	return nil
-}
+func (rc *receiver) dispatcher() stack.NetworkDispatcher { return rc.e.Dispatcher() }
 
 // deliverBatch delivers one round and releases the ring's references.
 func (rc *receiver) deliverBatch(batch []*stack.PacketBuffer) {

@@ -1,0 +1,45 @@
+// Package afpacket is a link endpoint on an AF_PACKET socket bound to one
+// network interface by name: any Ethernet interface, a veth end in the
+// tests. The stack above it speaks Ethernet (with ARP and NDP), and the
+// kernel below it carries the frames to and from the interface.
+//
+// What it owns, end to end:
+//
+//   - RX: one goroutine per queue reads batches with recvmmsg into landing
+//     buffers the endpoint owns and reuses, copies each frame once into a
+//     right-sized pooled gVisor view and delivers it. When the socket is
+//     empty the goroutine parks in Go's netpoller (syscall.RawConn), so no
+//     OS thread blocks per queue, and Close wakes it.
+//   - TX: WritePackets sends a whole batch with one sendmmsg, the packets'
+//     own views as iovecs (no payload copy). A full socket is backpressure:
+//     the rest of the batch goes back to the writer with ErrNoBufferSpace,
+//     and the endpoint signals (sched.WritableNotifier) when the socket can
+//     take more.
+//   - Offloads through the virtio-net header (PACKET_VNET_HDR, on by
+//     default): gVisor's TCP hands the endpoint 64 KiB super-segments with
+//     a partial checksum that the kernel completes and segments (or, on a
+//     veth, carries whole to the peer); received frames carry the kernel's
+//     checksum verdict, and received super-packets (GRO, or a veth peer's
+//     TSO) go to gVisor whole.
+//   - Queues: with Options.Queues > 1 the endpoint opens that many sockets
+//     in one PACKET_FANOUT_HASH group, so each flow is received on one
+//     queue, and sends each flow from one socket chosen by a hash of its
+//     addresses and ports.
+//
+// Every packet is counted in link.Stats (LinkStats, per queue in
+// QueueStats). A device that goes away (the interface is deleted) stops the
+// endpoint: Err reports it, and WritePackets fails.
+//
+// The endpoint uses the interface's own MAC address, so the interface's
+// unicast filter passes ustack's frames, and puts the interface in
+// all-multicast mode while it is open (gVisor's IPv6 joins groups the
+// kernel does not know). The kernel in the interface's namespace still
+// receives every frame: give that interface none of the stack's addresses
+// (and disable IPv6 on it), or the kernel answers ustack's traffic too,
+// with resets and unreachables. VLAN tags are not handled.
+//
+// AF_PACKET needs CAP_NET_RAW (SO_SNDBUFFORCE and SO_RCVBUFFORCE also want
+// CAP_NET_ADMIN; without it the buffers are capped by net.core.wmem_max
+// and rmem_max). The endpoint exists on Linux only; elsewhere New returns
+// ErrNotSupported.
+package afpacket

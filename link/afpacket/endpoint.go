@@ -1,0 +1,303 @@
+package afpacket
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/cpu"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/ustack-dev/ustack/link"
+)
+
+var (
+	_ stack.LinkEndpoint = (*Endpoint)(nil)
+	_ stack.GSOEndpoint  = (*Endpoint)(nil)
+	_ link.Reporter      = (*Endpoint)(nil)
+)
+
+// ErrNotSupported is returned by New where AF_PACKET does not exist (any
+// OS but Linux).
+var ErrNotSupported = errors.New("afpacket: AF_PACKET sockets exist on Linux only")
+
+// GSOMaxSize is the largest TCP super-segment the endpoint accepts with the
+// virtio-net header on: 64 KiB, gVisor's own limit, the kernel's default
+// gso_max_size and the IPv4 total length limit.
+const GSOMaxSize = stack.GVisorGSOMaxSize
+
+// Endpoint is an AF_PACKET link endpoint bound to one interface. It is safe
+// for concurrent use. New opens its sockets and starts one writability
+// watcher goroutine per queue; the first Attach with a dispatcher starts
+// one receive goroutine per queue; Close stops and joins them all and
+// closes the sockets.
+//
+// The Endpoint owns its sockets and landing buffers. WritePackets borrows
+// the packets it is given for the duration of the call only; delivered
+// packets are the stack's.
+type Endpoint struct {
+	opts    Options // normalized; immutable after New
+	ifname  string
+	ifindex int
+	vnetHdr bool // PACKET_VNET_HDR is on
+
+	mtu  atomic.Uint32
+	addr atomic.Pointer[tcpip.LinkAddress]
+
+	queues []*queue // immutable after New
+
+	link.Lifecycle
+	writable atomic.Pointer[func()]
+	err      atomic.Pointer[error] // the device failure, once there is one
+	closing  atomic.Bool           // Close has begun: refuse writes
+
+	txCalls, txClosed atomic.Uint64
+
+	stop chan struct{} // closed by Close
+	wg   sync.WaitGroup
+
+	txPool sync.Pool // of *txScratch
+}
+
+// counters are one queue's share of link.Stats. The RX counters are
+// written only by the queue's receive goroutine, the TX counters by
+// writers; a pad keeps the two groups off one cache line.
+type counters struct {
+	rxPackets, rxBytes, rxRounds, rxSyscalls atomic.Uint64
+	rxErrors, rxBadChecksum, rxDetached      atomic.Uint64
+	rxMalformed                              atomic.Uint64
+	_                                        cpu.CacheLinePad
+	txPackets, txBytes, txSyscalls           atomic.Uint64
+	txFull, txErrors                         atomic.Uint64
+	_                                        cpu.CacheLinePad
+}
+
+func (c *counters) stats() link.Stats {
+	return link.Stats{
+		TXPackets:     c.txPackets.Load(),
+		TXBytes:       c.txBytes.Load(),
+		TXFull:        c.txFull.Load(),
+		TXErrors:      c.txErrors.Load(),
+		TXSyscalls:    c.txSyscalls.Load(),
+		RXPackets:     c.rxPackets.Load(),
+		RXBytes:       c.rxBytes.Load(),
+		RXRounds:      c.rxRounds.Load(),
+		RXDetached:    c.rxDetached.Load(),
+		RXMalformed:   c.rxMalformed.Load(),
+		RXBadChecksum: c.rxBadChecksum.Load(),
+		RXErrors:      c.rxErrors.Load(),
+		RXSyscalls:    c.rxSyscalls.Load(),
+	}
+}
+
+// Name returns the name of the interface the endpoint is bound to.
+func (e *Endpoint) Name() string { return e.ifname }
+
+// Options returns the options in effect, defaults filled in.
+func (e *Endpoint) Options() Options { return e.opts }
+
+// MTU implements stack.LinkEndpoint: the interface's MTU when New ran (the
+// largest IP packet, Ethernet header not included), or what SetMTU set.
+func (e *Endpoint) MTU() uint32 { return e.mtu.Load() }
+
+// SetMTU implements stack.LinkEndpoint. It changes what the stack sends,
+// not the interface: a larger MTU than the interface's makes the kernel
+// refuse the frames (counted in TXErrors).
+func (e *Endpoint) SetMTU(mtu uint32) { e.mtu.Store(mtu) }
+
+// MaxHeaderLength implements stack.LinkEndpoint: an Ethernet header.
+func (*Endpoint) MaxHeaderLength() uint16 { return linkHdrLen }
+
+// LinkAddress implements stack.LinkEndpoint: the interface's MAC address,
+// unless SetLinkAddress changed it.
+func (e *Endpoint) LinkAddress() tcpip.LinkAddress { return *e.addr.Load() }
+
+// SetLinkAddress implements stack.LinkEndpoint. It changes the source
+// address of frames the stack builds, not the interface's address, so
+// frames sent to the new address reach the endpoint only if the interface
+// accepts them (promiscuous mode, say).
+func (e *Endpoint) SetLinkAddress(addr tcpip.LinkAddress) { e.addr.Store(&addr) }
+
+// Capabilities implements stack.LinkEndpoint. The stack resolves link
+// addresses (ARP, NDP). With the virtio-net header on, the endpoint claims
+// RX checksum offload: the kernel's verdict travels with each frame, and a
+// veth frame's partial checksum, which gVisor would take for a wrong one,
+// is trusted; frames without a verdict are verified by the endpoint. TX
+// checksum offload is not claimed: gVisor computes the checksums of
+// everything but TCP super-segments (whose partial checksum the kernel
+// completes) itself, so no frame leaves with a partial checksum that a
+// device without offload would send on unfinished.
+func (e *Endpoint) Capabilities() stack.LinkEndpointCapabilities {
+	c := stack.CapabilityResolutionRequired
+	if e.vnetHdr {
+		c |= stack.CapabilityRXChecksumOffload
+	}
+	return c
+}
+
+// GSOMaxSize implements stack.GSOEndpoint: GSOMaxSize with the virtio-net
+// header on, 0 without.
+func (e *Endpoint) GSOMaxSize() uint32 {
+	if e.vnetHdr {
+		return GSOMaxSize
+	}
+	return 0
+}
+
+// SupportedGSO implements stack.GSOEndpoint: host GSO with the virtio-net
+// header on, so gVisor's TCP hands the endpoint super-segments for the
+// kernel to segment (or a veth to carry whole); none without.
+func (e *Endpoint) SupportedGSO() stack.SupportedGSO {
+	if e.vnetHdr {
+		return stack.HostGSOSupported
+	}
+	return stack.GSONotSupported
+}
+
+// ARPHardwareType implements stack.LinkEndpoint: Ethernet.
+func (*Endpoint) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareEther }
+
+// AddHeader implements stack.LinkEndpoint: it pushes an Ethernet header
+// addressed from pkt.EgressRoute, with pkt's network protocol as its type.
+func (*Endpoint) AddHeader(pkt *stack.PacketBuffer) {
+	eth := header.Ethernet(pkt.LinkHeader().Push(linkHdrLen))
+	eth.Encode(&header.EthernetFields{
+		SrcAddr: pkt.EgressRoute.LocalLinkAddress,
+		DstAddr: pkt.EgressRoute.RemoteLinkAddress,
+		Type:    pkt.NetworkProtocolNumber,
+	})
+}
+
+// ParseHeader implements stack.LinkEndpoint: it consumes the Ethernet
+// header into pkt's link header and sets pkt's network protocol from its
+// type. It reports false for a packet shorter than the header.
+func (*Endpoint) ParseHeader(pkt *stack.PacketBuffer) bool {
+	b, ok := pkt.LinkHeader().Consume(linkHdrLen)
+	if !ok {
+		return false
+	}
+	pkt.NetworkProtocolNumber = header.Ethernet(b).Type()
+	return true
+}
+
+// Attach implements stack.LinkEndpoint. The first Attach with a dispatcher
+// starts the receive goroutines; until then frames wait in the sockets'
+// receive buffers (the kernel drops what does not fit). Attach(nil)
+// detaches at once without waiting: gVisor calls it holding the stack's
+// lock, which a delivery in progress may be waiting for. Frames that
+// arrive while detached are dropped and counted in RXDetached.
+func (e *Endpoint) Attach(d stack.NetworkDispatcher) {
+	e.AttachAndStart(d, func() {
+		for _, q := range e.queues {
+			e.wg.Add(1)
+			go q.rxLoop()
+		}
+	})
+}
+
+// Close implements stack.LinkEndpoint. It runs the on-close action (which
+// removes the NIC from its stack), refuses further writes, closes the
+// sockets (which wakes every parked goroutine; frames still in them are
+// dropped by the kernel) and joins every goroutine the endpoint started.
+// It is idempotent.
+func (e *Endpoint) Close() {
+	if first, _ := e.BeginClose(); !first {
+		return
+	}
+	e.closing.Store(true)
+	close(e.stop)
+	for _, q := range e.queues {
+		q.close()
+	}
+	e.wg.Wait()
+}
+
+// NotifyWritable implements sched.WritableNotifier: after WritePackets
+// refused packets because a socket was full, f is called, from the
+// endpoint's watcher goroutine with no lock held, once that socket can
+// take more. A later call replaces f; nil stops the calls.
+func (e *Endpoint) NotifyWritable(f func()) {
+	if f == nil {
+		e.writable.Store(nil)
+		return
+	}
+	e.writable.Store(&f)
+}
+
+// notifyWritable calls the registered writability callback, if any.
+func (e *Endpoint) notifyWritable() {
+	if f := e.writable.Load(); f != nil {
+		(*f)()
+	}
+}
+
+// Err returns nil while the interface is there, and an error saying so
+// once it is gone (deleted, or its namespace destroyed): the endpoint then
+// receives nothing and refuses every write; Close it. An interface that is
+// only down is not an error: frames sent meanwhile are dropped (counted in
+// TXErrors) and receiving resumes when it comes back up.
+func (e *Endpoint) Err() error {
+	if p := e.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail records the device failure err; the first one wins.
+func (e *Endpoint) fail(err error) {
+	e.err.CompareAndSwap(nil, &err)
+}
+
+// LinkStats implements link.Reporter: the counters of all queues together. Beyond the
+// field documentation of link.Stats: RXMalformed also counts frames not
+// addressed to this host (PACKET_OTHERHOST: a veth passes them up, as does
+// a device in promiscuous mode) and
+// frames of EtherTypes other than IPv4, IPv6 and ARP; frames the endpoint
+// sent itself are never read back (PACKET_IGNORE_OUTGOING) and not counted.
+func (e *Endpoint) LinkStats() link.Stats {
+	var s link.Stats
+	for _, q := range e.queues {
+		add(&s, q.counters.stats())
+	}
+	s.TXCalls = e.txCalls.Load()
+	s.TXClosed = e.txClosed.Load()
+	return s
+}
+
+// QueueStats returns each queue's counters, in queue order; TXCalls and
+// TXClosed, which belong to the endpoint as a whole, are zero in them.
+func (e *Endpoint) QueueStats() []link.Stats {
+	out := make([]link.Stats, len(e.queues))
+	for i, q := range e.queues {
+		out[i] = q.counters.stats()
+	}
+	return out
+}
+
+func add(s *link.Stats, q link.Stats) {
+	s.TXPackets += q.TXPackets
+	s.TXBytes += q.TXBytes
+	s.TXFull += q.TXFull
+	s.TXErrors += q.TXErrors
+	s.TXSyscalls += q.TXSyscalls
+	s.RXPackets += q.RXPackets
+	s.RXBytes += q.RXBytes
+	s.RXRounds += q.RXRounds
+	s.RXDetached += q.RXDetached
+	s.RXMalformed += q.RXMalformed
+	s.RXBadChecksum += q.RXBadChecksum
+	s.RXErrors += q.RXErrors
+	s.RXSyscalls += q.RXSyscalls
+}
+
+// txQueue picks the queue that sends pkt: always the first with one queue,
+// otherwise by its flow hash, so every flow leaves through one socket and
+// keeps its order.
+func (e *Endpoint) txQueue(pkt *stack.PacketBuffer) int {
+	if len(e.queues) == 1 {
+		return 0
+	}
+	return link.QueueIndex(link.PacketFlowHash(pkt), len(e.queues))
+}

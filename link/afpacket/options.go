@@ -1,0 +1,138 @@
+package afpacket
+
+import (
+	"errors"
+	"fmt"
+)
+
+const (
+	// DefaultBatch is the most packets one recvmmsg reads or one sendmmsg
+	// sends: 64 is NAPI_POLL_WEIGHT, the per-poll budget of a Linux driver,
+	// and the qdisc's dequeue batch (sched.DefaultBatch), so one qdisc run
+	// becomes one system call.
+	DefaultBatch = 64
+	// MaxBatch is the largest RXBatch and TXBatch: the kernel caps the
+	// messages of one recvmmsg or sendmmsg at UIO_MAXIOV (1024).
+	MaxBatch = 1024
+	// MaxQueues is the most sockets one endpoint opens: 256 was the fixed
+	// member limit of a fanout group (PACKET_FANOUT_MAX) before Linux 6.1
+	// made it configurable, and each queue costs a goroutine and RXBatch
+	// landing buffers of 64 KiB.
+	MaxQueues = 256
+	// DefaultRcvBuf is each socket's receive buffer in bytes. Linux's
+	// default (net.core.rmem_default, 208 KiB) holds three 64 KiB GRO
+	// packets, so one scheduling delay of the RX goroutine drops a burst;
+	// 4 MiB is about 3 ms of 10 Gbit/s traffic and the size gVisor's TCP
+	// window reaches in these tests.
+	DefaultRcvBuf = 4 << 20
+	// MinRcvBuf is the smallest RcvBuf: two full-size (64 KiB) packets, so
+	// that a GRO packet can always be queued.
+	MinRcvBuf = 128 << 10
+	// DefaultSndBuf is each socket's send buffer in bytes: what the kernel
+	// may hold of ours before sendmmsg refuses more. On a veth it hardly
+	// matters (veth releases a frame as it forwards it); behind a real
+	// device's queue, 1 MiB (16 super-segments, about 1 ms at 10 Gbit/s)
+	// keeps the device busy while the rest waits in our qdisc, where
+	// ordering and fairness are ours (BQL's reasoning), instead of in a
+	// kernel buffer we do not control.
+	DefaultSndBuf = 1 << 20
+	// ifNameMax is the longest interface name Linux accepts (IFNAMSIZ-1).
+	ifNameMax = 15
+)
+
+// Options configures New. A nil *Options means DefaultOptions; in a
+// non-nil Options a zero number means its default and the booleans are
+// taken as they are.
+type Options struct {
+	// Queues is how many sockets (and RX goroutines) to open. More than one
+	// joins them in a PACKET_FANOUT_HASH group: the kernel spreads received
+	// flows over them by hash, each flow on one queue, and transmit picks a
+	// socket by a hash of each packet's addresses and ports. Default 1.
+	Queues int
+	// QdiscBypass sets PACKET_QDISC_BYPASS: frames go straight to the
+	// driver, skipping the interface's kernel qdisc (and its drops and
+	// shaping). Off by default: with it on, a full device drops instead of
+	// pushing back.
+	QdiscBypass bool
+	// NoVnetHdr turns the virtio-net header off: no GSO (gVisor segments
+	// TCP itself) and no checksum offload claim (gVisor checksums every
+	// packet both ways). It exists to measure what the offloads are worth.
+	// The kernel still hands over frames with partial checksums (a veth
+	// peer's, say); without the header the endpoint learns of them through
+	// PACKET_AUXDATA and completes their checksums itself.
+	NoVnetHdr bool
+	// RXBatch is the most frames one recvmmsg reads (one RX round).
+	// Default DefaultBatch, at most MaxBatch. Each costs a 64 KiB landing
+	// buffer per queue.
+	RXBatch int
+	// TXBatch is the most frames one sendmmsg sends. Default DefaultBatch,
+	// at most MaxBatch; 1 sends every packet with its own system call, for
+	// comparison.
+	TXBatch int
+	// SndBuf and RcvBuf are each socket's send and receive buffer sizes in
+	// bytes, set with SO_SNDBUFFORCE and SO_RCVBUFFORCE (the kernel doubles
+	// them for its bookkeeping). Defaults DefaultSndBuf and DefaultRcvBuf;
+	// RcvBuf is at least MinRcvBuf.
+	SndBuf, RcvBuf int
+}
+
+// DefaultOptions returns what a nil *Options stands for: one queue, the
+// virtio-net header on, no qdisc bypass, batches of DefaultBatch.
+func DefaultOptions() Options {
+	return Options{
+		Queues:  1,
+		RXBatch: DefaultBatch,
+		TXBatch: DefaultBatch,
+		SndBuf:  DefaultSndBuf,
+		RcvBuf:  DefaultRcvBuf,
+	}
+}
+
+// normalize fills defaults into a copy of o and checks it.
+func (o *Options) normalize() (Options, error) {
+	if o == nil {
+		return DefaultOptions(), nil
+	}
+	r := *o
+	d := DefaultOptions()
+	if r.Queues == 0 {
+		r.Queues = d.Queues
+	}
+	if r.RXBatch == 0 {
+		r.RXBatch = d.RXBatch
+	}
+	if r.TXBatch == 0 {
+		r.TXBatch = d.TXBatch
+	}
+	if r.SndBuf == 0 {
+		r.SndBuf = d.SndBuf
+	}
+	if r.RcvBuf == 0 {
+		r.RcvBuf = d.RcvBuf
+	}
+	switch {
+	case r.Queues < 1 || r.Queues > MaxQueues:
+		return r, fmt.Errorf("afpacket: %d queues: must be from 1 to %d", r.Queues, MaxQueues)
+	case r.RXBatch < 1 || r.RXBatch > MaxBatch:
+		return r, fmt.Errorf("afpacket: RX batch %d: must be from 1 to %d", r.RXBatch, MaxBatch)
+	case r.TXBatch < 1 || r.TXBatch > MaxBatch:
+		return r, fmt.Errorf("afpacket: TX batch %d: must be from 1 to %d", r.TXBatch, MaxBatch)
+	case r.SndBuf < 0:
+		return r, fmt.Errorf("afpacket: send buffer %d bytes: must not be negative (0 means %d)", r.SndBuf, DefaultSndBuf)
+	case r.RcvBuf < MinRcvBuf:
+		return r, fmt.Errorf("afpacket: receive buffer %d bytes: must be at least %d, two full-size packets (0 means %d)", r.RcvBuf, MinRcvBuf, DefaultRcvBuf)
+	}
+	return r, nil
+}
+
+// checkIfName rejects names the kernel would refuse, with a clearer
+// message than its EINVAL or ENODEV.
+func checkIfName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("afpacket: no interface name given")
+	case len(name) > ifNameMax:
+		return fmt.Errorf("afpacket: interface name %q: longer than %d bytes, so no interface has it", name, ifNameMax)
+	}
+	return nil
+}

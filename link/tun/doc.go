@@ -1,0 +1,67 @@
+// Package tun is a link endpoint over a Linux TUN device: ustack on one
+// side of the device, the kernel's own network stack on the other.
+//
+// Open creates the device (or attaches to an existing one of the same
+// name) through /dev/net/tun and configures it through netlink (MTU, the
+// kernel side's addresses, link up). The endpoint carries raw IP packets
+// with no link header, like link/mem, so no link address resolution is
+// needed.
+//
+// # Offloads
+//
+// Unless Options.NoOffload is set, the device is opened with IFF_VNET_HDR:
+// every packet in either direction carries a virtio-net header (package
+// link/vnet), and TUNSETOFFLOAD tells the kernel what ustack can take:
+// partial checksums (TUN_F_CSUM), TCP super-segments (TUN_F_TSO4/6), and,
+// where the kernel knows them, UDP super-packets (TUN_F_USO4/6). Offloads
+// reports what was negotiated. With TSO:
+//
+//   - TX: the endpoint claims host GSO, so gVisor's TCP hands it super-segments
+//     of up to 64 KiB with a partial checksum, which are written whole behind
+//     a header asking the kernel to segment them (or to take them whole into
+//     its own TCP, as GRO would have built them).
+//   - RX: the kernel hands over its TSO and GRO super-segments whole; gVisor
+//     takes a TCP segment of any size, so they are delivered as they are.
+//     UDP super-packets (USO) are split into datagrams here, because gVisor
+//     would take one as a single oversized datagram: ustack splits in
+//     userspace what the kernel no longer splits for it.
+//   - Checksums: the endpoint claims RX checksum offload and does the
+//     checking itself: packets the kernel vouches for (DATA_VALID, or a
+//     partial checksum it generated) are delivered; the rest are verified
+//     with vnet.Inspect and dropped if wrong (RXBadChecksum). It does not
+//     claim TX checksum offload: gVisor computes the checksums of every
+//     packet that is not a super-segment.
+//
+// If the kernel refuses TSO, the endpoint does not claim host GSO and
+// gVisor sends MTU-sized segments; Options.SoftwareGSO then lets gVisor's
+// TCP build super-segments and cut them itself (gVisor GSO), which saves
+// per-segment work in TCP but still costs one write per segment. With
+// NoOffload there is no header at all and gVisor verifies every checksum.
+//
+// # Queues and goroutines
+//
+// Each queue is one file descriptor (Options.Queues > 1 opens the device
+// with IFF_MULTI_QUEUE). Each queue has one receive goroutine, started by
+// the first Attach with a dispatcher: it reads up to a batch of packets
+// with read(2) into a landing buffer it owns, copies each once into a
+// right-sized pooled view, delivers it, and parks in Go's runtime poller
+// (syscall.RawConn) when the queue is empty, so no OS thread blocks per
+// queue. Transmit writes each packet with one writev(2) (header and the
+// packet's views, no payload copy) to the queue its flow hashes to, so a
+// flow stays on one queue and the kernel answers it on the same one. A
+// write the kernel refuses with EAGAIN is returned to the writer and
+// signalled later through NotifyWritable by a per-queue watcher goroutine,
+// started at the first refusal. (On TUN that is rare: the kernel takes a
+// write into its own receive path synchronously, and refuses only when the
+// device's send buffer, unlimited unless TUNSETSNDBUF lowered it, is
+// full.) Close closes the descriptors, which wakes every parked goroutine,
+// and joins them all.
+//
+// Closing the last descriptor of a device that Open created deletes it
+// (the device is not made persistent). A device deleted from outside
+// (ip link del, or netlink) fails reads and writes with EBADFD: receiving
+// stops, writes fail, and Err reports it.
+//
+// Everything here needs CAP_NET_ADMIN. On systems other than Linux, Open
+// returns ErrNotSupported.
+package tun

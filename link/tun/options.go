@@ -1,0 +1,193 @@
+package tun
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+)
+
+const (
+	// DefaultMTU is Ethernet's, what a TUN device gets when created.
+	DefaultMTU = 1500
+	// MinMTU is the smallest MTU: IPv6 requires 1280 on every link, and a
+	// smaller one would make IPv6 unusable on the device.
+	MinMTU = header.IPv6MinimumMTU
+	// MaxMTU is the largest MTU: 65520, the largest multiple of 16 under
+	// 65535 (the largest IPv4 packet), which pasta uses for the same
+	// purpose. With offloads a large MTU matters less, because TCP moves
+	// 64 KiB super-segments at any MTU.
+	MaxMTU = 65520
+	// MaxQueues is the kernel's limit on the queues of one multi-queue TUN
+	// device (MAX_TAP_QUEUES in drivers/net/tun.c).
+	MaxQueues = 256
+	// DefaultRXBatch is how many packets a receive goroutine reads and
+	// delivers per wake-up before it goes round its loop again: 64 is
+	// NAPI_POLL_WEIGHT, the per-poll budget of a Linux driver.
+	DefaultRXBatch = 64
+	// MaxRXBatch bounds RXBatch: a receive goroutine holds its queue's
+	// descriptor for a whole batch, so Close waits for at most this many
+	// deliveries. 1024 is well above any batch that measures better.
+	MaxRXBatch = 1024
+	// MaxNameLen is the longest interface name Linux takes (IFNAMSIZ - 1).
+	MaxNameLen = 15
+	// HostGSOMaxSize is the largest TCP super-segment the endpoint asks
+	// gVisor for when the kernel negotiated TSO: 64 KiB, the kernel's
+	// default gso_max_size for a device (GSO_LEGACY_MAX_SIZE), and what
+	// gVisor's TCP keeps within an IPv4 total length. More would need BIG
+	// TCP, which TUN does not offer.
+	HostGSOMaxSize = 1 << 16
+)
+
+// Options configures Open. A nil *Options means DefaultOptions; in a
+// non-nil Options a zero Queues, MTU or RXBatch means its default, while
+// the booleans and Addrs are taken as they are.
+type Options struct {
+	// Queues is the number of queues: one file descriptor and one receive
+	// goroutine each. More than one opens the device with
+	// IFF_MULTI_QUEUE, and an existing device must then be multi-queue too.
+	Queues int
+	// NoOffload opens the device without the virtio-net header: no
+	// checksum offload and no GSO in either direction, every checksum
+	// computed and verified in software. For comparison and for kernels
+	// that lack IFF_VNET_HDR.
+	NoOffload bool
+	// SoftwareGSO makes the endpoint offer gVisor's software GSO when the
+	// kernel did not negotiate TSO (or NoOffload is set): gVisor's TCP
+	// builds super-segments and cuts them into MTU-sized packets just before
+	// the link. It has no effect when TSO was negotiated.
+	SoftwareGSO bool
+	// MTU is set on the device and reported by the endpoint, from MinMTU to
+	// MaxMTU.
+	MTU uint32
+	// Addrs are assigned to the device for the kernel side (IPv6 ones with
+	// duplicate address detection off, so they are usable at once). The
+	// kernel adds the on-link routes for them.
+	Addrs []netip.Prefix
+	// NoUp leaves the device down; by default Open brings it up.
+	NoUp bool
+	// RXBatch is the most packets a receive goroutine reads and delivers
+	// per wake-up, from 1 to MaxRXBatch.
+	RXBatch int
+}
+
+// DefaultOptions returns the options a nil *Options stands for: one queue,
+// offloads on, a 1500-byte MTU, no addresses, link up.
+func DefaultOptions() Options {
+	return Options{Queues: 1, MTU: DefaultMTU, RXBatch: DefaultRXBatch}
+}
+
+// normalize fills defaults into a copy of o and checks it.
+func (o *Options) normalize() (Options, error) {
+	if o == nil {
+		return DefaultOptions(), nil
+	}
+	r := *o
+	r.Addrs = append([]netip.Prefix(nil), o.Addrs...)
+	if r.Queues == 0 {
+		r.Queues = 1
+	}
+	if r.MTU == 0 {
+		r.MTU = DefaultMTU
+	}
+	if r.RXBatch == 0 {
+		r.RXBatch = DefaultRXBatch
+	}
+	switch {
+	case r.Queues < 1 || r.Queues > MaxQueues:
+		return r, fmt.Errorf("tun: %d queues: must be from 1 to %d", r.Queues, MaxQueues)
+	case r.MTU < MinMTU || r.MTU > MaxMTU:
+		return r, fmt.Errorf("tun: MTU %d: must be from %d to %d", r.MTU, MinMTU, MaxMTU)
+	case r.RXBatch < 1 || r.RXBatch > MaxRXBatch:
+		return r, fmt.Errorf("tun: RX batch %d: must be from 1 to %d", r.RXBatch, MaxRXBatch)
+	}
+	for _, p := range r.Addrs {
+		switch {
+		case !p.IsValid():
+			return r, fmt.Errorf("tun: address %v: not a valid CIDR prefix", p)
+		case p.Addr().Is4In6():
+			return r, fmt.Errorf("tun: address %v: give IPv4 addresses in IPv4 form, not IPv4-mapped", p)
+		}
+	}
+	return r, nil
+}
+
+// checkName checks an interface name before it goes to the kernel. The
+// empty name is allowed: the kernel then picks tunN.
+func checkName(name string) error {
+	switch {
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("tun: interface name %q: longer than %d bytes", name, MaxNameLen)
+	case name == "." || name == "..":
+		return fmt.Errorf("tun: interface name %q: not allowed", name)
+	case strings.ContainsAny(name, "/: \t\n\x00"):
+		return fmt.Errorf("tun: interface name %q: must not contain '/', ':', whitespace or NUL", name)
+	}
+	return nil
+}
+
+var (
+	// ErrNotSupported is returned by Open on systems without TUN support
+	// in this package (every system but Linux).
+	ErrNotSupported = errors.New("tun: TUN devices are supported on Linux only")
+	// ErrDeviceGone is wrapped by Err when the device was deleted (or
+	// otherwise failed) under the endpoint: reads and writes fail for
+	// good, and the endpoint should be closed.
+	ErrDeviceGone = errors.New("tun: device went away")
+)
+
+// Offloads says what the endpoint negotiated with the kernel.
+type Offloads struct {
+	// VNetHeader: every packet carries a virtio-net header
+	// (IFF_VNET_HDR); false with Options.NoOffload.
+	VNetHeader bool
+	// Checksum: the kernel may hand over packets with partial checksums
+	// (TUN_F_CSUM).
+	Checksum bool
+	// TSO4 and TSO6: the kernel may hand over TCP super-segments
+	// (TUN_F_TSO4, TUN_F_TSO6), and the endpoint writes them (host GSO).
+	TSO4, TSO6 bool
+	// USO4 and USO6: the kernel may hand over UDP super-packets
+	// (TUN_F_USO4, TUN_F_USO6; Linux 6.2 and later), which the endpoint
+	// splits into datagrams.
+	USO4, USO6 bool
+}
+
+// TSO reports whether TCP segmentation offload was negotiated for both IP
+// versions: the condition for claiming host GSO, since gVisor's GSO
+// capability is per NIC, not per protocol.
+func (o Offloads) TSO() bool { return o.TSO4 && o.TSO6 }
+
+// String lists the negotiated offloads, such as "vnet,csum,tso4,tso6", or
+// "none".
+func (o Offloads) String() string {
+	var parts []string
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{{o.VNetHeader, "vnet"}, {o.Checksum, "csum"}, {o.TSO4, "tso4"}, {o.TSO6, "tso6"}, {o.USO4, "uso4"}, {o.USO6, "uso6"}} {
+		if f.on {
+			parts = append(parts, f.name)
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ",")
+}
+
+// OffloadStats counts what the offloads did, beyond link.Stats.
+type OffloadStats struct {
+	// TXSuperSegments counts TCP super-segments written for the kernel to
+	// segment or take whole (each is one packet in TXPackets).
+	TXSuperSegments uint64
+	// RXSuperSegments counts TCP super-segments (the kernel's TSO or GRO
+	// output) delivered whole to gVisor.
+	RXSuperSegments uint64
+	// RXUSOSplit counts UDP super-packets split into datagrams here;
+	// RXUSODatagrams counts the datagrams they became (each of which is
+	// one packet in RXPackets).
+	RXUSOSplit, RXUSODatagrams uint64
+}

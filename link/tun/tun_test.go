@@ -1,0 +1,441 @@
+package tun
+
+import (
+	"bytes"
+	"fmt"
+	"github.com/ustack-dev/ustack/link"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/ustack-dev/ustack/internal/leakcheck"
+	"github.com/ustack-dev/ustack/link/vnet"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+var (
+	src4 = tcpip.AddrFrom4([4]byte{198, 18, 20, 1})
+	dst4 = tcpip.AddrFrom4([4]byte{198, 18, 20, 2})
+	src6 = tcpip.AddrFrom16([16]byte{0xfd, 0, 0, 0x20, 15: 1})
+	dst6 = tcpip.AddrFrom16([16]byte{0xfd, 0, 0, 0x20, 15: 2})
+)
+
+func TestTunOptionsNormalize(t *testing.T) {
+	got, err := (*Options)(nil).normalize()
+	require.NoError(t, err)
+	require.Equal(t, DefaultOptions(), got)
+
+	got, err = (&Options{}).normalize()
+	require.NoError(t, err)
+	require.Equal(t, 1, got.Queues)
+	require.Equal(t, uint32(DefaultMTU), got.MTU)
+	require.Equal(t, DefaultRXBatch, got.RXBatch)
+
+	addrs := []netip.Prefix{netip.MustParsePrefix("198.18.20.1/24")}
+	got, err = (&Options{Addrs: addrs, MTU: MaxMTU, Queues: 4}).normalize()
+	require.NoError(t, err)
+	require.Equal(t, addrs, got.Addrs)
+	addrs[0] = netip.Prefix{}
+	require.True(t, got.Addrs[0].IsValid(), "normalize copies Addrs")
+
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"negative queues", Options{Queues: -1}, "queues"},
+		{"too many queues", Options{Queues: MaxQueues + 1}, "queues"},
+		{"small MTU", Options{MTU: 576}, "MTU 576"},
+		{"large MTU", Options{MTU: 65535}, "MTU 65535"},
+		{"negative batch", Options{RXBatch: -3}, "RX batch"},
+		{"huge batch", Options{RXBatch: MaxRXBatch + 1}, "RX batch"},
+		{"invalid prefix", Options{Addrs: []netip.Prefix{{}}}, "not a valid CIDR prefix"},
+		{"mapped", Options{Addrs: []netip.Prefix{netip.MustParsePrefix("::ffff:198.18.20.1/120")}}, "IPv4-mapped"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.opts.normalize()
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestTunCheckName(t *testing.T) {
+	for _, ok := range []string{"", "tun0", "ustun-0", "abcdefghijklmno"} {
+		require.NoError(t, checkName(ok), ok)
+	}
+	for _, bad := range []string{"abcdefghijklmnop", "a/b", "a b", "a:b", ".", "..", "a\x00"} {
+		require.Error(t, checkName(bad), "%q", bad)
+	}
+}
+
+func TestTunOffloadsString(t *testing.T) {
+	require.Equal(t, "none", Offloads{}.String())
+	full := Offloads{VNetHeader: true, Checksum: true, TSO4: true, TSO6: true, USO4: true, USO6: true}
+	require.Equal(t, "vnet,csum,tso4,tso6,uso4,uso6", full.String())
+	require.True(t, full.TSO())
+	require.False(t, Offloads{TSO4: true}.TSO(), "host GSO needs both IP versions")
+}
+
+// ipv4 builds an IPv4 header with the given transport protocol, total
+// length, ID and TTL, followed by the transport header l4.
+func ipv4(src, dst tcpip.Address, proto tcpip.TransportProtocolNumber, l4 []byte, totalLen, id uint16, ttl uint8) []byte {
+	b := make([]byte, header.IPv4MinimumSize+len(l4))
+	ip := header.IPv4(b)
+	ip.Encode(&header.IPv4Fields{TotalLength: totalLen, ID: id, TTL: ttl, Protocol: uint8(proto), SrcAddr: src, DstAddr: dst})
+	copy(b[header.IPv4MinimumSize:], l4)
+	return b
+}
+
+func ports(src, dst uint16) []byte {
+	return []byte{byte(src >> 8), byte(src), byte(dst >> 8), byte(dst), 0, 0, 0, 0}
+}
+
+func TestTunFlowHashStable(t *testing.T) {
+	// Every packet of a flow hashes alike, whatever its length, ID or TTL.
+	l4 := ports(40000, 80)
+	want := link.FlowHash(ipv4(src4, dst4, header.TCPProtocolNumber, l4, 60, 1, 64), l4)
+	for i := range 100 {
+		ip := ipv4(src4, dst4, header.TCPProtocolNumber, l4, uint16(60+i*13), uint16(i*7919), uint8(1+i))
+		require.Equal(t, want, link.FlowHash(ip, l4))
+	}
+	require.Equal(t, want, link.FlowHash(ipv4(src4, dst4, header.TCPProtocolNumber, l4, 60, 1, 64), l4), "same input, same hash, every time")
+
+	// Other flows differ.
+	require.NotEqual(t, want, link.FlowHash(ipv4(src4, dst4, header.TCPProtocolNumber, ports(40001, 80), 60, 1, 64), ports(40001, 80)))
+	require.NotEqual(t, want, link.FlowHash(ipv4(src4, dst4, header.UDPProtocolNumber, l4, 60, 1, 64), l4))
+	require.NotEqual(t, want, link.FlowHash(ipv4(dst4, src4, header.TCPProtocolNumber, l4, 60, 1, 64), l4))
+
+	// IPv4 fragments of one datagram hash alike, ports or not.
+	frag := ipv4(src4, dst4, header.UDPProtocolNumber, nil, 1500, 9, 64)
+	header.IPv4(frag).SetFlagsFragmentOffset(header.IPv4FlagMoreFragments, 0)
+	later := bytes.Clone(frag)
+	header.IPv4(later).SetFlagsFragmentOffset(0, 1480)
+	require.Equal(t, link.FlowHash(frag, ports(53, 53)), link.FlowHash(later, nil))
+
+	// Short or unknown headers hash without panicking.
+	for _, b := range [][]byte{nil, {0x45}, {0x60, 0}, {0x10, 1, 2, 3}} {
+		link.FlowHash(b, []byte{1})
+	}
+}
+
+func TestTunFlowHashSpreads(t *testing.T) {
+	const flows = 4096
+	for _, tc := range []struct {
+		name string
+		hash func(i int) uint32
+	}{
+		{"ipv4 source ports", func(i int) uint32 {
+			l4 := ports(uint16(32768+i), 5001)
+			return link.FlowHash(ipv4(src4, dst4, header.TCPProtocolNumber, l4, 60, 0, 64), l4)
+		}},
+		{"ipv4 sources", func(i int) uint32 {
+			src := tcpip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})
+			return link.FlowHash(ipv4(src, dst4, header.ICMPv4ProtocolNumber, nil, 84, 0, 64), nil)
+		}},
+		{"ipv6 source ports", func(i int) uint32 {
+			b := make([]byte, header.IPv6MinimumSize)
+			header.IPv6(b).Encode(&header.IPv6Fields{TransportProtocol: header.UDPProtocolNumber, SrcAddr: src6, DstAddr: dst6})
+			return link.FlowHash(b, ports(uint16(i), 53))
+		}},
+	} {
+		for _, n := range []int{2, 3, 4, 8} {
+			t.Run(fmt.Sprintf("%s/%d queues", tc.name, n), func(t *testing.T) {
+				counts := make([]int, n)
+				for i := range flows {
+					counts[link.QueueIndex(tc.hash(i), n)]++
+				}
+				// Within a quarter of a fair share: a binomial spread of
+				// 4096 flows stays well inside that.
+				fair := flows / n
+				for q, c := range counts {
+					require.InDelta(t, fair, c, float64(fair)/4, "queue %d of %d got %d of %d flows: %v", q, n, c, flows, counts)
+				}
+			})
+		}
+	}
+}
+
+func TestTunQueueIndexRange(t *testing.T) {
+	for _, h := range []uint32{0, 1, 1 << 31, 0xffffffff} {
+		for n := 1; n <= MaxQueues; n++ {
+			i := link.QueueIndex(h, n)
+			require.True(t, i >= 0 && i < n, "hash %#x over %d queues gave %d", h, n, i)
+		}
+	}
+}
+
+// udpSuper builds a UDP super-packet (as the kernel hands it over with
+// USO): one IP and UDP header, then payload for many datagrams, with the
+// pseudo-header sum in the UDP checksum field.
+func udpSuper(v6 bool, payload []byte) ([]byte, vnet.Header) {
+	var ip []byte
+	var l4 int
+	udpLen := uint16(header.UDPMinimumSize + len(payload))
+	if v6 {
+		l4 = header.IPv6MinimumSize
+		ip = make([]byte, l4+int(udpLen))
+		header.IPv6(ip).Encode(&header.IPv6Fields{PayloadLength: udpLen, TransportProtocol: header.UDPProtocolNumber, HopLimit: 64, SrcAddr: src6, DstAddr: dst6})
+	} else {
+		l4 = header.IPv4MinimumSize
+		ip = make([]byte, l4+int(udpLen))
+		v4 := header.IPv4(ip)
+		v4.Encode(&header.IPv4Fields{TotalLength: uint16(len(ip)), ID: 0xfffe, TTL: 64, Protocol: uint8(header.UDPProtocolNumber), SrcAddr: src4, DstAddr: dst4})
+		v4.SetChecksum(^v4.CalculateChecksum())
+	}
+	u := header.UDP(ip[l4:])
+	u.Encode(&header.UDPFields{SrcPort: 4000, DstPort: 5000, Length: udpLen})
+	copy(ip[l4+header.UDPMinimumSize:], payload)
+	src, dst := src4, dst4
+	if v6 {
+		src, dst = src6, dst6
+	}
+	u.SetChecksum(header.PseudoHeaderChecksum(header.UDPProtocolNumber, src, dst, udpLen))
+	return ip, vnet.Header{Flags: vnet.FlagNeedsCsum, GSOType: vnet.GSOUDPL4, HdrLen: uint16(l4 + 8), GSOSize: 1000, CsumStart: uint16(l4), CsumOffset: 6}
+}
+
+func TestTunSplitUSO(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		for _, size := range []int{1, 999, 1000, 1001, 9500, 64000} {
+			t.Run(fmt.Sprintf("v6=%v/%d", v6, size), func(t *testing.T) {
+				payload := make([]byte, size)
+				for i := range payload {
+					payload[i] = byte(i*7 + i>>8)
+				}
+				ip, h := udpSuper(v6, payload)
+				require.NoError(t, h.Check(len(ip)))
+				var got []byte
+				var ids []uint16
+				n, err := splitUSO(h, ip, make([]byte, maxPacketSize), func(d []byte) {
+					require.True(t, vnet.VerifyIP(d), "datagram %d has bad checksums", len(ids))
+					l4 := int(h.CsumStart)
+					u := header.UDP(d[l4:])
+					require.Equal(t, len(d)-l4, int(u.Length()))
+					require.LessOrEqual(t, len(u.Payload()), int(h.GSOSize))
+					if v6 {
+						require.Equal(t, len(d)-header.IPv6MinimumSize, int(header.IPv6(d).PayloadLength()))
+					} else {
+						require.Equal(t, len(d), int(header.IPv4(d).TotalLength()))
+						ids = append(ids, header.IPv4(d).ID())
+					}
+					require.Equal(t, uint16(4000), u.SourcePort())
+					got = append(got, u.Payload()...)
+				})
+				require.NoError(t, err)
+				require.Equal(t, (size+999)/1000, n)
+				require.Equal(t, payload, got, "the datagrams carry the payload in order")
+				for i, id := range ids {
+					require.Equal(t, uint16(0xfffe+i), id, "IPv4 IDs count up from the super-packet's, wrapping")
+				}
+			})
+		}
+	}
+}
+
+func TestTunSplitUSOMalformed(t *testing.T) {
+	ip, h := udpSuper(false, make([]byte, 3000))
+	scratch := make([]byte, maxPacketSize)
+	for _, tc := range []struct {
+		name string
+		mod  func(ip []byte, h *vnet.Header) []byte
+	}{
+		{"no partial checksum", func(ip []byte, h *vnet.Header) []byte { h.Flags = 0; return ip }},
+		{"wrong checksum offset", func(ip []byte, h *vnet.Header) []byte { h.CsumOffset = 16; return ip }},
+		{"UDP beyond the packet", func(ip []byte, h *vnet.Header) []byte { return ip[:24] }},
+		{"IPv4 options not matching", func(ip []byte, h *vnet.Header) []byte { h.CsumStart = 24; return ip }},
+		{"not UDP", func(ip []byte, h *vnet.Header) []byte { ip[9] = 6; return ip }},
+		{"no payload", func(ip []byte, h *vnet.Header) []byte { return ip[:28] }},
+		{"too many datagrams", func(ip []byte, h *vnet.Header) []byte { h.GSOSize = 10; return ip }},
+		{"not IP", func(ip []byte, h *vnet.Header) []byte { ip[0] = 0x15; return ip }},
+		{"IPv6 header cut", func(ip []byte, h *vnet.Header) []byte { ip[0] = 0x60; return ip }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, hc := bytes.Clone(ip), h
+			c = tc.mod(c, &hc)
+			n, err := splitUSO(hc, c, scratch, func([]byte) { t.Fatal("emitted a datagram of a malformed packet") })
+			require.Error(t, err)
+			require.Zero(t, n)
+		})
+	}
+	_, err := splitUSO(h, ip, make([]byte, 100), func([]byte) {})
+	require.ErrorContains(t, err, "datagram buffer")
+}
+
+// recorder is a dispatcher that keeps a copy of every packet delivered.
+type recorder struct {
+	mu    sync.Mutex
+	pkts  [][]byte
+	proto []tcpip.NetworkProtocolNumber
+	ch    chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{ch: make(chan struct{}, 1<<16)} }
+
+func (r *recorder) DeliverNetworkPacket(p tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	b := pkt.ToBuffer()
+	data := b.Flatten()
+	b.Release()
+	r.mu.Lock()
+	r.pkts = append(r.pkts, data)
+	r.proto = append(r.proto, p)
+	r.mu.Unlock()
+	select {
+	case r.ch <- struct{}{}:
+	default:
+	}
+}
+
+func (*recorder) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {}
+
+func (r *recorder) got() [][]byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([][]byte(nil), r.pkts...)
+}
+
+// tcp4Packet builds an IPv4 TCP packet with correct checksums.
+func tcp4Packet(payload []byte, sport uint16) []byte {
+	b := make([]byte, header.IPv4MinimumSize+header.TCPMinimumSize+len(payload))
+	ip := header.IPv4(b)
+	ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(b)), TTL: 64, Protocol: uint8(header.TCPProtocolNumber), SrcAddr: src4, DstAddr: dst4})
+	ip.SetChecksum(^ip.CalculateChecksum())
+	tcp := header.TCP(b[header.IPv4MinimumSize:])
+	tcp.Encode(&header.TCPFields{SrcPort: sport, DstPort: 80, SeqNum: 7, DataOffset: header.TCPMinimumSize, Flags: header.TCPFlagAck, WindowSize: 1000})
+	copy(b[header.IPv4MinimumSize+header.TCPMinimumSize:], payload)
+	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, src4, dst4, uint16(len(tcp)))
+	tcp.SetChecksum(^checksum.Checksum(tcp, xsum))
+	return b
+}
+
+func frame(h vnet.Header, ip []byte) []byte {
+	b := make([]byte, vnet.HeaderSize+len(ip))
+	h.Encode(b)
+	copy(b[vnet.HeaderSize:], ip)
+	return b
+}
+
+// detachedEndpoint builds an endpoint without devices whose receive path
+// can be driven by hand; it must not be attached (that would start
+// goroutines on the missing devices).
+func detachedEndpoint(off Offloads) (*Endpoint, *queue) {
+	e := newEndpoint("test", DefaultOptions(), off, []*device{nil})
+	return e, e.queues[0]
+}
+
+func TestTunReceive(t *testing.T) {
+	e, q := detachedEndpoint(Offloads{VNetHeader: true, Checksum: true, TSO4: true, TSO6: true, USO4: true, USO6: true})
+	good := tcp4Packet([]byte("hello"), 1)
+	bad := bytes.Clone(good)
+	bad[len(bad)-1] ^= 1
+	super, h := udpSuper(true, make([]byte, 2500))
+	tso := tcp4Packet(make([]byte, 5000), 2)
+
+	q.receive(frame(vnet.Header{}, good))
+	require.Equal(t, uint64(1), e.LinkStats().RXDetached, "no dispatcher yet")
+
+	r := newRecorder()
+	e.AttachAndStart(r, func() {})                                // deliver without starting the receive goroutines
+	q.receive(frame(vnet.Header{}, good))                         // verified, delivered
+	q.receive(frame(vnet.Header{}, bad))                          // bad checksum
+	q.receive(frame(vnet.Header{Flags: vnet.FlagDataValid}, bad)) // the kernel's verdict stands
+	q.receive(frame(h, super))                                    // USO: three datagrams
+	q.receive(frame(vnet.Header{Flags: vnet.FlagNeedsCsum, GSOType: vnet.GSOTCPv4, GSOSize: 1000, HdrLen: 40, CsumStart: 20, CsumOffset: 16}, tso))
+	q.receive(frame(vnet.Header{Flags: vnet.FlagNeedsCsum, CsumStart: 200, CsumOffset: 16}, good)) // checksum outside
+	q.receive([]byte{1, 2, 3})                                                                     // shorter than a header
+	q.receive(frame(vnet.Header{Flags: vnet.FlagDataValid}, []byte{0x15, 0}))                      // not IP
+	q.receive(make([]byte, rxBufSize))                                                             // truncated read
+
+	got := r.got()
+	require.Len(t, got, 1+1+3+1)
+	require.Equal(t, good, got[0])
+	require.Equal(t, bad, got[1])
+	require.Equal(t, tso, got[len(got)-1], "a TCP super-segment is delivered whole")
+	require.Equal(t, header.IPv6ProtocolNumber, r.proto[2])
+
+	s := e.LinkStats()
+	require.Equal(t, uint64(len(got)), s.RXPackets)
+	require.Equal(t, uint64(1), s.RXBadChecksum)
+	require.Equal(t, uint64(3), s.RXErrors, "checksum outside, short header, truncated")
+	require.Equal(t, uint64(1), s.RXMalformed)
+	require.Equal(t, uint64(1), s.RXDetached)
+	require.Equal(t, OffloadStats{RXSuperSegments: 1, RXUSOSplit: 1, RXUSODatagrams: 3}, e.OffloadStats())
+}
+
+func TestTunReceiveWithoutVNetHeader(t *testing.T) {
+	e, q := detachedEndpoint(Offloads{})
+	r := newRecorder()
+	e.AttachAndStart(r, func() {}) // deliver without starting the receive goroutines
+	good := tcp4Packet([]byte("x"), 1)
+	bad := bytes.Clone(good)
+	bad[len(bad)-1] ^= 1
+	q.receive(good)
+	q.receive(bad) // gVisor verifies: the endpoint claims no offload
+	require.Equal(t, [][]byte{good, bad}, r.got())
+	require.Equal(t, stack.CapabilityNone, e.Capabilities())
+	require.Equal(t, stack.GSONotSupported, e.SupportedGSO())
+	require.Zero(t, e.GSOMaxSize())
+}
+
+func TestTunCapabilities(t *testing.T) {
+	e, _ := detachedEndpoint(Offloads{VNetHeader: true, Checksum: true, TSO4: true, TSO6: true})
+	require.Equal(t, stack.CapabilityRXChecksumOffload, e.Capabilities(), "RX checksum offload, never TX")
+	require.Equal(t, stack.HostGSOSupported, e.SupportedGSO())
+	require.Equal(t, uint32(HostGSOMaxSize), e.GSOMaxSize())
+
+	e, _ = detachedEndpoint(Offloads{VNetHeader: true, Checksum: true})
+	require.Equal(t, stack.GSONotSupported, e.SupportedGSO(), "no TSO, no host GSO")
+
+	o := DefaultOptions()
+	o.SoftwareGSO = true
+	e = newEndpoint("test", o, Offloads{}, []*device{nil})
+	require.Equal(t, stack.GVisorGSOSupported, e.SupportedGSO())
+	require.Equal(t, uint32(stack.GVisorGSOMaxSize), e.GSOMaxSize())
+
+	e = newEndpoint("test", o, Offloads{VNetHeader: true, Checksum: true, TSO4: true, TSO6: true}, []*device{nil})
+	require.Equal(t, stack.HostGSOSupported, e.SupportedGSO(), "host TSO wins over software GSO")
+
+	require.Equal(t, uint32(DefaultMTU), e.MTU())
+	e.SetMTU(100)
+	require.Equal(t, uint32(MinMTU), e.MTU())
+	e.SetMTU(1 << 20)
+	require.Equal(t, uint32(MaxMTU), e.MTU())
+	require.Equal(t, header.ARPHardwareNone, e.ARPHardwareType())
+}
+
+// FuzzReceive: nothing a device hands over panics the receive path, every
+// packet delivered is IP and no larger than what was read, and every frame
+// is accounted for.
+func FuzzTunReceive(f *testing.F) {
+	super, h := udpSuper(false, make([]byte, 2500))
+	f.Add(frame(h, super))
+	f.Add(frame(vnet.Header{}, tcp4Packet([]byte("seed"), 1)))
+	f.Add(frame(vnet.Header{Flags: vnet.FlagNeedsCsum, GSOType: vnet.GSOTCPv4, GSOSize: 100, HdrLen: 40, CsumStart: 20, CsumOffset: 16}, tcp4Packet(make([]byte, 500), 2)))
+	f.Add([]byte{0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, q := detachedEndpoint(Offloads{VNetHeader: true, Checksum: true, TSO4: true, TSO6: true, USO4: true, USO6: true})
+		r := newRecorder()
+		e.AttachAndStart(r, func() {}) // deliver without starting the receive goroutines
+		q.receive(b)
+		for _, p := range r.got() {
+			if v := header.IPVersion(p); v != header.IPv4Version && v != header.IPv6Version {
+				t.Fatalf("delivered a non-IP packet % x", p)
+			}
+			if len(p) > len(b) {
+				t.Fatalf("delivered %d bytes from a %d-byte frame", len(p), len(b))
+			}
+		}
+		// One frame is either dropped with one reason, or delivered as
+		// one packet (several for a split UDP super-packet).
+		s := e.LinkStats()
+		dropped := s.RXErrors + s.RXBadChecksum + s.RXMalformed
+		if !(dropped == 1 && s.RXPackets == 0) && !(dropped == 0 && s.RXPackets >= 1) {
+			t.Fatalf("frame counted %d times as dropped and delivered as %d packets: %+v", dropped, s.RXPackets, s)
+		}
+	})
+}

@@ -1,0 +1,100 @@
+package tun
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/ustack-dev/ustack/link/vnet"
+)
+
+// maxUDPSegments is the most datagrams the kernel packs into one UDP
+// super-packet (UDP_MAX_SEGMENTS in include/linux/udp.h); the kernel
+// refuses more, and so does splitUSO.
+const maxUDPSegments = 128
+
+// splitUSO cuts the UDP super-packet ip, which arrived behind header h
+// (GSO type UDP_L4), into datagrams of at most h.GSOSize payload bytes, as
+// the kernel's __udp_gso_segment would: each gets a copy of the IP and UDP
+// headers with its own lengths, the IPv4 ID incremented per datagram, and
+// full IPv4 and UDP checksums. Each datagram is built in scratch, which
+// must hold the headers plus h.GSOSize bytes, and handed to emit, which
+// must copy what it keeps before returning. It returns how many datagrams
+// it emitted, or an error (and emits nothing) if the packet is malformed.
+func splitUSO(h vnet.Header, ip, scratch []byte, emit func([]byte)) (int, error) {
+	if h.Flags&vnet.FlagNeedsCsum == 0 {
+		return 0, errors.New("UDP super-packet without a partial checksum")
+	}
+	l4 := int(h.CsumStart)
+	seg := int(h.GSOSize)
+	if int(h.CsumOffset) != udpChecksumOffset || l4+header.UDPMinimumSize > len(ip) {
+		return 0, fmt.Errorf("UDP super-packet with its checksum at %d+%d in %d bytes", h.CsumStart, h.CsumOffset, len(ip))
+	}
+	var src, dst tcpip.Address
+	var id uint16
+	switch header.IPVersion(ip) {
+	case header.IPv4Version:
+		if len(ip) < header.IPv4MinimumSize {
+			return 0, errors.New("UDP super-packet with a truncated IPv4 header")
+		}
+		v4 := header.IPv4(ip)
+		if int(v4.HeaderLength()) != l4 || v4.Protocol() != uint8(header.UDPProtocolNumber) {
+			return 0, fmt.Errorf("UDP super-packet whose IPv4 header (%d bytes, protocol %d) does not lead to UDP at %d", v4.HeaderLength(), v4.Protocol(), l4)
+		}
+		src, dst, id = v4.SourceAddress(), v4.DestinationAddress(), v4.ID()
+	case header.IPv6Version:
+		if l4 < header.IPv6MinimumSize {
+			return 0, fmt.Errorf("UDP super-packet with UDP at %d inside the IPv6 header", l4)
+		}
+		v6 := header.IPv6(ip)
+		src, dst = v6.SourceAddress(), v6.DestinationAddress()
+	default:
+		return 0, errors.New("UDP super-packet that is neither IPv4 nor IPv6")
+	}
+	payload := ip[l4+header.UDPMinimumSize:]
+	hdrLen := l4 + header.UDPMinimumSize
+	switch n := (len(payload) + seg - 1) / seg; {
+	case len(payload) == 0:
+		return 0, errors.New("UDP super-packet without payload")
+	case n > maxUDPSegments:
+		return 0, fmt.Errorf("UDP super-packet of %d datagrams: more than the kernel's %d", n, maxUDPSegments)
+	case hdrLen+min(seg, len(payload)) > len(scratch):
+		return 0, fmt.Errorf("UDP super-packet with %d-byte datagrams: larger than the %d-byte datagram buffer", seg, len(scratch)-hdrLen)
+	}
+	n := 0
+	for off := 0; off < len(payload); off += seg {
+		chunk := payload[off:min(off+seg, len(payload))]
+		d := scratch[:hdrLen+len(chunk)]
+		copy(d, ip[:hdrLen])
+		copy(d[hdrLen:], chunk)
+		udpLen := uint16(header.UDPMinimumSize + len(chunk))
+		if header.IPVersion(ip) == header.IPv4Version {
+			v4 := header.IPv4(d)
+			v4.SetTotalLength(uint16(len(d)))
+			v4.SetID(id + uint16(n))
+			v4.SetChecksum(0)
+			v4.SetChecksum(^v4.CalculateChecksum())
+		} else {
+			header.IPv6(d).SetPayloadLength(uint16(len(d) - header.IPv6MinimumSize))
+		}
+		u := header.UDP(d[l4:])
+		u.SetLength(udpLen)
+		u.SetChecksum(0)
+		xsum := header.PseudoHeaderChecksum(header.UDPProtocolNumber, src, dst, udpLen)
+		sum := ^checksum.Checksum(d[l4:], xsum)
+		if sum == 0 {
+			sum = 0xffff // a computed UDP checksum of 0 is sent as all ones
+		}
+		binary.BigEndian.PutUint16(d[l4+udpChecksumOffset:], sum)
+		emit(d)
+		n++
+	}
+	return n, nil
+}
+
+// udpChecksumOffset is where the checksum sits in a UDP header.
+const udpChecksumOffset = 6
