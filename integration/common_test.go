@@ -1,0 +1,98 @@
+package integration
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"runtime/debug"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ustack-dev/ustack/internal/netns"
+	"github.com/ustack-dev/ustack/stack"
+)
+
+// raceBuild reports whether the test binary was built with -race. It reads
+// the build settings, which every test binary carries, so that this file
+// needs no build-tagged companion.
+var raceBuild = sync.OnceValue(func() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
+})
+
+// sized scales a transfer size down under the race detector, which
+// slows the stack about tenfold: the data path exercised is the same.
+func sized(full int64) int64 {
+	if raceBuild() {
+		return max(full/8, 1<<20)
+	}
+	return full
+}
+
+// nsProbe checks once whether this process may build namespaces.
+var nsProbe = sync.OnceValue(netns.Probe)
+
+// udpEchoFromUstack runs a UDP echo server in the kernel's namespace k on
+// kaddr and has the ustack host s exchange datagrams of several sizes with
+// it, the larger ones fragmented both ways.
+func udpEchoFromUstack(tb testing.TB, k *netns.NS, s *stack.Stack, kaddr netip.Addr) {
+	tb.Helper()
+	server := netip.AddrPortFrom(kaddr, 7007)
+	var pc net.PacketConn
+	require.NoError(tb, k.Do(func() (err error) {
+		pc, err = net.ListenPacket("udp", server.String())
+		return err
+	}))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 65536)
+		for {
+			m, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if _, err := pc.WriteTo(buf[:m], from); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { pc.Close(); <-done }()
+
+	c, err := s.DialUDP(netip.AddrPort{}, server)
+	require.NoError(tb, err)
+	defer c.Close()
+	buf := make([]byte, 65536)
+	for i, size := range []int{1, 100, 1000, 1452, 1472, 1473, 3000, 8000, 30000} {
+		msg := make([]byte, size)
+		for j := range msg {
+			msg[j] = byte(i + j)
+		}
+		var got []byte
+		// UDP may lose a datagram: a few tries, each with its own deadline.
+		for try := 0; try < 5 && got == nil; try++ {
+			_, err := c.Write(msg)
+			require.NoError(tb, err, "write %d bytes", size)
+			require.NoError(tb, c.SetReadDeadline(time.Now().Add(time.Second)))
+			m, err := c.Read(buf)
+			if err != nil {
+				var ne net.Error
+				require.True(tb, errors.As(err, &ne) && ne.Timeout(), "read echo of %d bytes: %v", size, err)
+				continue
+			}
+			got = buf[:m]
+		}
+		require.Equal(tb, msg, got, "echo of %d bytes", size)
+	}
+}

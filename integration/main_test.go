@@ -1,0 +1,12 @@
+// Package integration tests ustack against the real Linux stack, in
+// network namespaces the tests build themselves. The tests need root
+// (CAP_SYS_ADMIN and CAP_NET_ADMIN); without it they skip and say why.
+package integration
+
+import (
+	"testing"
+
+	"github.com/ustack-dev/ustack/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
