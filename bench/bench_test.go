@@ -41,7 +41,7 @@ func TestEveryTestAccounts(t *testing.T) {
 				require.Equal(t, q, r.Qdisc)
 				require.Equal(t, 3, r.Senders)
 				require.Equal(t, DefaultSize(test), r.Size)
-				require.InDelta(t, tiny.Seconds(), r.DurationS, tiny.Seconds(), "window is about the duration")
+				require.Positive(t, r.DurationS, "the window is measured")
 				require.Positive(t, r.SentPPS, "traffic flowed")
 				if test != UDPStream {
 					// udp_stream has no flow control: behind a queue that

@@ -6,7 +6,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/link/afpacket"
 	"github.com/ustack-dev/ustack/link/mem"
+	"github.com/ustack-dev/ustack/link/tun"
 	"github.com/ustack-dev/ustack/sched"
 )
 
@@ -21,9 +24,20 @@ const (
 // Tests lists the test names in the order tables report them.
 func Tests() []string { return []string{UDPStream, TCPStream, TCPRR, UDPRR} }
 
-// Links lists the link names a benchmark can run on. veth and tun arrive
-// with the link endpoints that serve them.
-func Links() []string { return []string{"mem"} }
+// Links lists the link names a benchmark can run on:
+//
+//   - mem: two ustack hosts in this process (no privileges).
+//   - veth: ustack on AF_PACKET at one end of a veth pair, the Linux stack
+//     at the other, each end in a network namespace the bench creates.
+//   - tun: ustack on a TUN device, the Linux stack on its kernel side.
+//   - kveth: the Linux stack at both ends of a veth pair: the baseline
+//     ustack's veth numbers are compared with.
+//
+// veth, tun and kveth need root (CAP_SYS_ADMIN and CAP_NET_ADMIN).
+func Links() []string { return []string{"mem", "veth", "tun", "kveth"} }
+
+// KernelQdisc is the qdisc column of kveth cells: the kernel's own.
+const KernelQdisc = "kernel"
 
 // DefaultSize returns a test's message size when Config.Size is 0.
 func DefaultSize(test string) int {
@@ -58,6 +72,24 @@ type Config struct {
 	Mem *mem.Options
 	// QdiscOptions tunes both NICs' qdisc; nil means its defaults.
 	QdiscOptions *sched.Options
+	// Reverse puts the Linux stack on the client side (veth, tun, kveth):
+	// ustack then receives the stream and answers the requests.
+	Reverse bool
+	// MTU of a device link (veth, tun, kveth); 0 means 1500.
+	MTU int
+	// Impair injects faults on ustack's device endpoint (veth, tun); the
+	// mem link takes its own in Mem.
+	Impair link.Impairments
+	// AFPacket and Tun tune the device endpoints; nil means defaults.
+	AFPacket *afpacket.Options
+	Tun      *tun.Options
+}
+
+func (c Config) mtu() int {
+	if c.MTU > 0 {
+		return c.MTU
+	}
+	return 1500
 }
 
 func (c Config) size() int {
@@ -80,8 +112,15 @@ func (c Config) Validate() error {
 	if !slices.Contains(Links(), c.Link) {
 		return fmt.Errorf("unknown link %q: valid links are %s", c.Link, strings.Join(Links(), ", "))
 	}
-	if !sched.Known(c.Qdisc) {
+	if c.Link == "kveth" {
+		if c.Qdisc != KernelQdisc {
+			return fmt.Errorf("link kveth runs the kernel's qdisc, not %q", c.Qdisc)
+		}
+	} else if !sched.Known(c.Qdisc) {
 		return &sched.UnknownError{Name: c.Qdisc}
+	}
+	if c.Link == "mem" && c.Reverse {
+		return fmt.Errorf("reverse needs a kernel end: use link veth, tun or kveth")
 	}
 	if c.Senders < 1 || c.Senders > MaxSessions {
 		return fmt.Errorf("senders %d: must be from 1 to %d", c.Senders, MaxSessions)
@@ -115,16 +154,26 @@ type Plan struct {
 	Count        int
 	Mem          *mem.Options
 	QdiscOptions *sched.Options
+	Reverse      bool
+	MTU          int
+	Impair       link.Impairments
+	AFPacket     *afpacket.Options
+	Tun          *tun.Options
 }
 
 // Cells returns the plan's configurations in report order: by test, then
 // qdisc, then senders.
 func (p Plan) Cells() []Config {
 	var cells []Config
+	qdiscs := p.Qdiscs
+	if p.Link == "kveth" {
+		qdiscs = []string{KernelQdisc}
+	}
 	for _, t := range p.Tests {
-		for _, q := range p.Qdiscs {
+		for _, q := range qdiscs {
 			for _, n := range p.Senders {
-				cells = append(cells, Config{Test: t, Link: p.Link, Qdisc: q, Senders: n, Size: p.Size, Duration: p.Duration, Mem: p.Mem, QdiscOptions: p.QdiscOptions})
+				cells = append(cells, Config{Test: t, Link: p.Link, Qdisc: q, Senders: n, Size: p.Size, Duration: p.Duration,
+					Mem: p.Mem, QdiscOptions: p.QdiscOptions, Reverse: p.Reverse, MTU: p.MTU, Impair: p.Impair, AFPacket: p.AFPacket, Tun: p.Tun})
 			}
 		}
 	}

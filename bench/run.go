@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/sched"
 )
 
@@ -152,8 +151,8 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	}
 
 	stopped := sleep(ctx, warmup(c.Duration))
-	l0c, l0s := topo.clientLink.LinkStats(), topo.serverLink.LinkStats()
-	q0c, q0s := topo.qdiscStats()
+	tx0, rx0, lost0 := topo.clientTX(), topo.serverRX(), topo.wireLost()
+	q0c, q0s := topo.qdiscs()
 	b0 := w.snapshot()
 	u0 := readUsage()
 	r.phase.Store(phaseMeasure)
@@ -163,8 +162,8 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	r.phase.Store(phaseStop)
 	u1 := readUsage()
 	b1 := w.snapshot()
-	q1c, q1s := topo.qdiscStats()
-	l1c, l1s := topo.clientLink.LinkStats(), topo.serverLink.LinkStats()
+	q1c, q1s := topo.qdiscs()
+	tx1, rx1, lost1 := topo.clientTX(), topo.serverRX(), topo.wireLost()
 	t := w.finish()
 	if stopped {
 		return Result{}, ctx.Err()
@@ -172,7 +171,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if err := r.failure(); err != nil {
 		return Result{}, fmt.Errorf("%v: %w", c, err)
 	}
-	res := r.result(u0, u1, delta(l0c, l1c), delta(l0s, l1s), b1-b0, t)
+	res := r.result(u0, u1, wire{tx: tx1 - tx0, rx: rx1 - rx0, lost: lost1 - lost0}, b1-b0, t)
 	if q1c != nil || q1s != nil {
 		res.Contention = &Contention{Client: since(q0c, q1c), Server: since(q0s, q1s)}
 	}
@@ -188,8 +187,11 @@ func since(before, after *sched.Stats) *sched.Stats {
 	return &d
 }
 
+// wire is what the link counted of client-to-server packets in a window.
+type wire struct{ tx, rx, lost uint64 }
+
 // result turns the window's measurements into a Result.
-func (r *cell) result(u0, u1 usage, cl, sl link.Stats, tcpBytes uint64, t tally) Result {
+func (r *cell) result(u0, u1 usage, w wire, tcpBytes uint64, t tally) Result {
 	c := r.c
 	win := u1.at.Sub(u0.at).Seconds()
 	res := Result{Test: c.Test, Link: c.Link, Qdisc: c.Qdisc, Senders: c.Senders, Size: r.size, DurationS: win}
@@ -201,14 +203,14 @@ func (r *cell) result(u0, u1 usage, cl, sl link.Stats, tcpBytes uint64, t tally)
 		res.LossPct = pct(t.sent-min(t.recv, t.sent), t.sent)
 		ops, bytes = t.sent, t.recv*uint64(r.size)
 	case TCPStream:
-		res.SentPPS = float64(cl.TXPackets) / win
-		res.RecvPPS = float64(sl.RXPackets) / win
-		res.LossPct = pct(sl.ImpairLost, cl.TXPackets)
-		ops, bytes = sl.RXPackets, tcpBytes
+		res.SentPPS = float64(w.tx) / win
+		res.RecvPPS = float64(w.rx) / win
+		res.LossPct = pct(w.lost, w.tx)
+		ops, bytes = w.rx, tcpBytes
 	case TCPRR:
-		res.SentPPS = float64(cl.TXPackets) / win
-		res.RecvPPS = float64(sl.RXPackets) / win
-		res.LossPct = pct(sl.ImpairLost, cl.TXPackets)
+		res.SentPPS = float64(w.tx) / win
+		res.RecvPPS = float64(w.rx) / win
+		res.LossPct = pct(w.lost, w.tx)
 		ops, bytes = t.transactions, t.transactions*uint64(r.size)
 	case UDPRR:
 		res.SentPPS = float64(t.sent) / win
@@ -238,16 +240,6 @@ func pct(part, whole uint64) float64 {
 		return 0
 	}
 	return 100 * float64(part) / float64(whole)
-}
-
-func delta(a, b link.Stats) link.Stats {
-	return link.Stats{
-		TXPackets:  b.TXPackets - a.TXPackets,
-		TXBytes:    b.TXBytes - a.TXBytes,
-		RXPackets:  b.RXPackets - a.RXPackets,
-		RXBytes:    b.RXBytes - a.RXBytes,
-		ImpairLost: b.ImpairLost - a.ImpairLost,
-	}
 }
 
 // sleep waits for d or for ctx to end, and reports whether ctx ended.

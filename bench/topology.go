@@ -1,10 +1,12 @@
 package bench
 
 import (
-	"fmt"
+	"context"
+	"net"
 	"net/netip"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
+	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/mem"
@@ -12,83 +14,113 @@ import (
 	"github.com/ustack-dev/ustack/stack"
 )
 
-// Hosts of the in-process topology: 198.18.0.0/15 is reserved for
-// benchmarking (RFC 2544).
-var (
-	clientAddr = netip.MustParseAddr("198.18.0.1")
-	serverAddr = netip.MustParseAddr("198.18.0.2")
-)
-
-// topology is a client host and a server host joined by a link.
-type topology struct {
-	client, server         *stack.Stack
-	clientNIC, serverNIC   tcpip.NICID
-	clientLink, serverLink link.Reporter
+// host is one end of a benchmark: a ustack stack, or the Linux stack in a
+// network namespace (Go's net, with sockets opened inside it).
+type host interface {
+	DialTCP(ctx context.Context, addr netip.AddrPort) (net.Conn, error)
+	ListenTCP(addr netip.AddrPort) (net.Listener, error)
+	DialUDP(laddr, raddr netip.AddrPort) (net.Conn, error)
+	ListenUDP(laddr netip.AddrPort) (net.PacketConn, error)
 }
 
-// newTopology builds two hosts over the configured link, each NIC with the
-// configured qdisc, so that both data and ACKs go through it.
-func newTopology(c Config) (*topology, error) {
-	if c.Link != "mem" {
-		return nil, fmt.Errorf("link %q is not available", c.Link)
+var _ host = (*stack.Stack)(nil)
+
+// The in-process topology's addresses: 198.18.0.0/15 is reserved for
+// benchmarking (RFC 2544).
+var (
+	memClient = netip.MustParseAddr("198.18.0.1")
+	memServer = netip.MustParseAddr("198.18.0.2")
+)
+
+// topology is a client and a server joined by a link, with what the
+// harness reads of it.
+type topology struct {
+	client, server host
+	serverAddr     netip.Addr
+	// counters of client-to-server traffic: packets the client's side of
+	// the link sent, packets the server's side received, and packets the
+	// wire lost on purpose (impairments).
+	clientTX, serverRX, wireLost func() uint64
+	// qdiscs snapshots the qdisc counters of the ustack ends (nil for a
+	// kernel end or a qdisc that keeps none).
+	qdiscs  func() (client, server *sched.Stats)
+	closers []func()
+}
+
+func (t *topology) close() {
+	for i := len(t.closers) - 1; i >= 0; i-- {
+		t.closers[i]()
 	}
+}
+
+// newTopology builds the configured link with a host on each end.
+func newTopology(c Config) (*topology, error) {
+	switch c.Link {
+	case "mem":
+		return memTopology(c)
+	default:
+		return deviceTopology(c)
+	}
+}
+
+// ustackHost builds a stack on ep with the cell's qdisc and addr/prefix.
+// The stack owns ep even on error.
+func ustackHost(c Config, ep gstack.LinkEndpoint, addr netip.Prefix) (*stack.Stack, tcpip.NICID, error) {
+	// Senders must learn when the NIC refuses a datagram, so that
+	// sent_pps counts what the stack took, not what it dropped at once.
+	s, err := stack.New(&stack.Options{UDPRecvErr: true})
+	if err != nil {
+		ep.Close()
+		return nil, 0, err
+	}
+	id, err := s.AddNIC(ep, &stack.NICOptions{Qdisc: c.Qdisc, QdiscOptions: c.QdiscOptions})
+	if err != nil {
+		ep.Close()
+		s.Close()
+		return nil, 0, err
+	}
+	if err := s.AddAddress(id, addr); err != nil {
+		s.Close()
+		return nil, 0, err
+	}
+	return s, id, nil
+}
+
+// memTopology is two ustack hosts in this process over a mem pair, each
+// NIC with the cell's qdisc, so that data and ACKs both go through one.
+func memTopology(c Config) (*topology, error) {
 	a, b, err := mem.Pair(c.Mem)
 	if err != nil {
 		return nil, err
 	}
-	t := &topology{clientLink: a, serverLink: b}
-	for _, h := range []struct {
-		st   **stack.Stack
-		nic  *tcpip.NICID
-		ep   *mem.Endpoint
-		addr netip.Addr
-	}{{&t.client, &t.clientNIC, a, clientAddr}, {&t.server, &t.serverNIC, b, serverAddr}} {
-		// Senders must learn when the NIC refuses a datagram, so that
-		// sent_pps counts what the stack took, not what it dropped at once.
-		s, err := stack.New(&stack.Options{UDPRecvErr: true})
-		if err != nil {
-			t.close()
-			return nil, err
-		}
-		*h.st = s
-		id, err := s.AddNIC(h.ep, &stack.NICOptions{Qdisc: c.Qdisc, QdiscOptions: c.QdiscOptions})
-		if err != nil {
-			h.ep.Close()
-			t.close()
-			return nil, err
-		}
-		*h.nic = id
-		if err := s.AddAddress(id, netip.PrefixFrom(h.addr, 24)); err != nil {
-			t.close()
-			return nil, err
-		}
+	t := &topology{serverAddr: memServer}
+	cs, cid, err := ustackHost(c, a, netip.PrefixFrom(memClient, 24))
+	if err != nil {
+		b.Close()
+		return nil, err
 	}
+	t.closers = append(t.closers, func() { cs.Close() })
+	ss, sid, err := ustackHost(c, b, netip.PrefixFrom(memServer, 24))
+	if err != nil {
+		t.close()
+		return nil, err
+	}
+	t.closers = append(t.closers, func() { ss.Close() })
+	t.client, t.server = cs, ss
+	t.clientTX = func() uint64 { return a.LinkStats().TXPackets }
+	t.serverRX = func() uint64 { return b.LinkStats().RXPackets }
+	t.wireLost = func() uint64 { return b.LinkStats().ImpairLost }
+	t.qdiscs = func() (*sched.Stats, *sched.Stats) { return qdiscOf(cs, cid), qdiscOf(ss, sid) }
 	return t, nil
 }
 
-func (t *topology) close() {
-	for _, s := range []*stack.Stack{t.client, t.server} {
-		if s != nil {
-			s.Close()
-		}
+func qdiscOf(s *stack.Stack, id tcpip.NICID) *sched.Stats {
+	if st, ok := s.QdiscStats(id); ok {
+		return &st
 	}
-	// An endpoint never handed to a stack is closed here; Close is
-	// idempotent for those a stack already closed.
-	for _, l := range []link.Reporter{t.clientLink, t.serverLink} {
-		if c, ok := l.(interface{ Close() }); ok {
-			c.Close()
-		}
-	}
+	return nil
 }
 
-// qdiscStats snapshots both hosts' qdisc counters, nil for a qdisc that
-// keeps none.
-func (t *topology) qdiscStats() (client, server *sched.Stats) {
-	if s, ok := t.client.QdiscStats(t.clientNIC); ok {
-		client = &s
-	}
-	if s, ok := t.server.QdiscStats(t.serverNIC); ok {
-		server = &s
-	}
-	return client, server
+func linkCounter(r link.Reporter, f func(link.Stats) uint64) func() uint64 {
+	return func() uint64 { return f(r.LinkStats()) }
 }

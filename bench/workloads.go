@@ -40,7 +40,7 @@ func expected(r *cell, err error) bool {
 // dialAll opens n TCP connections from the client to the server's listener
 // and returns both ends of each.
 func dialAll(r *cell, n int) (clients, servers []net.Conn, ln net.Listener, err error) {
-	ln, err = r.topo.server.ListenTCP(netip.AddrPortFrom(serverAddr, tcpPort))
+	ln, err = r.topo.server.ListenTCP(netip.AddrPortFrom(r.topo.serverAddr, tcpPort))
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -71,7 +71,7 @@ func dialAll(r *cell, n int) (clients, servers []net.Conn, ln net.Listener, err 
 		}
 	}
 	for i := range n {
-		c, err := r.topo.client.DialTCP(ctx, netip.AddrPortFrom(serverAddr, tcpPort))
+		c, err := r.topo.client.DialTCP(ctx, netip.AddrPortFrom(r.topo.serverAddr, tcpPort))
 		if err != nil {
 			return fail(fmt.Errorf("dial session %d: %w", i, err))
 		}
@@ -95,7 +95,7 @@ func dialAll(r *cell, n int) (clients, servers []net.Conn, ln net.Listener, err 
 // udpPairs opens n connected client sockets, each to its own server socket.
 func udpPairs(r *cell, n int) (clients []net.Conn, servers []net.PacketConn, err error) {
 	for i := range n {
-		addr := netip.AddrPortFrom(serverAddr, uint16(udpBasePort+i))
+		addr := netip.AddrPortFrom(r.topo.serverAddr, uint16(udpBasePort+i))
 		s, err := r.topo.server.ListenUDP(addr)
 		if err != nil {
 			closeAll(clients)
@@ -480,9 +480,10 @@ func (e *rto) timeout() time.Duration {
 
 func (u *udpRR) start(r *cell) error {
 	u.r = r
-	// Faults can lose a request or its answer; without them nothing is
-	// lost in memory, and a session waits as netperf's does.
-	u.timeouts = r.c.Mem != nil && r.c.Mem.Impair.Active()
+	// Faults can lose a request or its answer, and so can a kernel (a full
+	// socket buffer); only two ustack hosts in memory without faults lose
+	// nothing, and there a session waits as netperf's does.
+	u.timeouts = r.c.Link != "mem" || (r.c.Mem != nil && r.c.Mem.Impair.Active())
 	var err error
 	if u.clients, u.servers, err = udpPairs(r, r.c.Senders); err != nil {
 		return err
@@ -520,7 +521,7 @@ func (u *udpRR) client(c net.Conn, res *rrResult) {
 	defer u.cliWG.Done()
 	req, resp := make([]byte, u.r.size), make([]byte, 65536)
 	var seq byte
-	est := rto{initial: rrMinTimeout}
+	est := rto{initial: rrMinTimeout + 2*(u.r.c.Impair.Delay+u.r.c.Impair.Jitter)}
 	if m := u.r.c.Mem; m != nil {
 		est.initial += 2 * (m.Impair.Delay + m.Impair.Jitter)
 	}

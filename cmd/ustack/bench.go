@@ -18,7 +18,9 @@ import (
 
 	"github.com/ustack-dev/ustack/bench"
 	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/link/afpacket"
 	"github.com/ustack-dev/ustack/link/mem"
+	"github.com/ustack-dev/ustack/link/tun"
 	"github.com/ustack-dev/ustack/sched"
 )
 
@@ -41,8 +43,12 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		duration = fs.Duration("duration", time.Second, "measured window of each run")
 		count    = fs.Int("count", 0, "runs of each configuration, reported as medians (0: as many as fit in 75s, 1 to 3)")
 		txCost   = fs.String("mem-tx-cost", "0,0", "mem link: busy cost per WritePackets call and per packet, as CALL,PACKET (e.g. 2us,100ns)")
-		impair   = fs.String("impair", "none", "mem link: faults, e.g. loss=5%,dup=1%,reorder=1%,corrupt=0.1%,delay=1ms,jitter=100us,seed=1")
-		mtu      = fs.Int("mtu", mem.DefaultMTU, fmt.Sprintf("mem link: MTU (%d to %d)", mem.MinMTU, mem.MaxMTU))
+		impair   = fs.String("impair", "none", "faults on ustack's link, e.g. loss=5%,dup=1%,reorder=1%,corrupt=0.1%,delay=1ms,jitter=100us,seed=1")
+		mtu      = fs.Int("mtu", mem.DefaultMTU, fmt.Sprintf("link MTU (%d to %d)", mem.MinMTU, mem.MaxMTU))
+		reverse  = fs.Bool("reverse", false, "veth, tun, kveth: the Linux stack is the client (ustack receives the stream, answers requests)")
+		offload  = fs.Bool("offload", true, "veth, tun: virtio-net header offloads (checksum, GSO) between ustack and the kernel")
+		txBatch  = fs.Int("tx-batch", 0, "veth: packets per sendmmsg (1: one syscall per packet; 0: the default batch)")
+		queues   = fs.Int("queues", 1, "veth, tun: device queues (PACKET_FANOUT sockets, TUN queues)")
 		gso      = fs.Bool("mem-gso", false, "mem link: carry TCP super-segments whole (TSO/GRO)")
 		csum     = fs.Bool("mem-csum-offload", true, "mem link: checksum offload (must be false with corrupt=)")
 		ring     = fs.Int("mem-ring", mem.DefaultRingSize, "mem link: ring size per direction, in packets")
@@ -96,9 +102,24 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		if mo.TXCost, err = mem.ParseTXCost(*txCost); err != nil {
 			return p, usageError{fmt.Errorf("-mem-tx-cost: %w", err)}
 		}
-		if mo.Impair, err = link.ParseImpairments(*impair); err != nil {
+		im, err := link.ParseImpairments(*impair)
+		if err != nil {
 			return p, usageError{fmt.Errorf("-impair: %w", err)}
 		}
+		if p.Link == "mem" {
+			mo.Impair = im
+		} else {
+			if err := im.Validate(); err != nil {
+				return p, usageError{fmt.Errorf("-impair: %w", err)}
+			}
+			p.Impair, p.MTU = im, *mtu
+		}
+		if *txBatch < 0 || *queues < 1 {
+			return p, usageError{fmt.Errorf("-tx-batch %d, -queues %d: must be at least 0 and 1", *txBatch, *queues)}
+		}
+		p.Reverse = *reverse
+		p.AFPacket = &afpacket.Options{NoVnetHdr: !*offload, TXBatch: *txBatch, Queues: *queues}
+		p.Tun = &tun.Options{NoOffload: !*offload, Queues: *queues}
 		if _, _, err := mem.Pair(&mo); err != nil {
 			return p, usageError{err}
 		} else {

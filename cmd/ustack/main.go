@@ -1,5 +1,5 @@
 // Command ustack runs the ustack userspace network stack: `ustack bench`
-// measures two in-process hosts against each other.
+// measures it, `ustack serve` runs it as a host on a real interface.
 package main
 
 import (
@@ -11,10 +11,13 @@ import (
 const usage = `ustack: a userspace TCP/UDP/IP stack
 
 Usage:
-  ustack bench [flags]   benchmark two ustack hosts in one process (no root)
+  ustack bench [flags]   benchmark ustack (two hosts in this process, or
+                         against the Linux stack over veth or TUN)
+  ustack serve [flags]   run a ustack host with echo, discard and HTTP
+                         services on an interface or TUN device
   ustack help [command]  show help
 
-Run 'ustack bench -h' for the benchmark's flags.
+Run 'ustack bench -h' or 'ustack serve -h' for a command's flags.
 `
 
 func main() {
@@ -31,14 +34,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "bench":
 		return benchMain(args[1:], stdout, stderr)
+	case "serve":
+		return serveMain(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 && args[1] == "bench" {
 			return benchMain([]string{"-h"}, stdout, stderr)
 		}
+		if len(args) > 1 && args[1] == "serve" {
+			return serveMain([]string{"-h"}, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "ustack: unknown command %q: valid commands are bench, help\n", args[0])
+		fmt.Fprintf(stderr, "ustack: unknown command %q: valid commands are bench, serve, help\n", args[0])
 		return 2
 	}
 }

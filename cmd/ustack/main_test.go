@@ -43,7 +43,19 @@ func TestBadFlagsExit2WithChoices(t *testing.T) {
 		{[]string{"bench", "-mtu", "100"}, "-mtu"},
 		{[]string{"bench", "-json", "-csv"}, "choose one"},
 		{[]string{"bench", "extra"}, "unexpected argument"},
-		{[]string{"frobnicate"}, "valid commands are bench"},
+		{[]string{"frobnicate"}, "valid commands are bench, serve"},
+		{[]string{"serve"}, "-link is required"},
+		{[]string{"serve", "-link", "carrier-pigeon:1", "-addr", "198.18.0.2/24"}, "afpacket:IFACE or tun:NAME"},
+		{[]string{"serve", "-link", "tun:x"}, "-addr"},
+		{[]string{"serve", "-link", "tun:x", "-addr", "198.18.0.2"}, "-addr"},
+		{[]string{"serve", "-link", "tun:x", "-addr", "198.18.0.2/24", "-gw", "nope"}, "-gw"},
+		{[]string{"serve", "-link", "tun:x", "-addr", "198.18.0.2/24", "-qdisc", "red"}, "valid names"},
+		{[]string{"serve", "-link", "tun:x", "-addr", "198.18.0.2/24", "-echo", "70000"}, "at most 65535"},
+		{[]string{"serve", "-link", "tun:x", "-addr", "198.18.0.2/24", "-impair", "loss=2"}, "-impair"},
+		{[]string{"serve", "-link", "tun:x", "-addr", "198.18.0.2/24", "-queues", "0"}, "-queues"},
+		{[]string{"serve", "extra"}, "unexpected argument"},
+		{[]string{"bench", "-link", "veth", "-reverse", "-test", "nope"}, "valid choices"},
+		{[]string{"bench", "-link", "mem", "-reverse"}, "reverse needs a kernel end"},
 		{nil, "Usage"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -62,6 +74,10 @@ func TestHelp(t *testing.T) {
 	code, out, _ := runCmd("help")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "ustack bench")
+	require.Contains(t, out, "ustack serve")
+	code, _, errs = runCmd("serve", "-h")
+	require.Equal(t, 0, code)
+	require.Contains(t, errs, "-metrics")
 }
 
 func TestBenchJSON(t *testing.T) {

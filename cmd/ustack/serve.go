@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/sched"
+	"github.com/ustack-dev/ustack/serve"
+)
+
+func serveMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ustack serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		linkSpec = fs.String("link", "", "the device: afpacket:IFACE (an existing interface) or tun:NAME (opened or created)")
+		addrs    = fs.String("addr", "", "ustack's addresses, comma-separated CIDRs, e.g. 198.18.0.2/24,fd00::2/64")
+		gws      = fs.String("gw", "", "default gateways, comma-separated, at most one per IP version")
+		peer     = fs.String("peer-addr", "", "tun only: addresses for the kernel side of the device, comma-separated CIDRs")
+		qdisc    = fs.String("qdisc", sched.None, "queueing discipline: "+strings.Join(sched.Names(), ", "))
+		echo     = fs.Uint("echo", 7, "TCP and UDP echo port (0: off)")
+		discard  = fs.Uint("discard", 9, "TCP and UDP discard port (0: off)")
+		httpPort = fs.Uint("http", 80, "HTTP port: /bytes/N and a status page (0: off)")
+		metrics  = fs.String("metrics", "", "serve Prometheus metrics on this host address, e.g. 127.0.0.1:9100 (off by default)")
+		queues   = fs.Int("queues", 1, "device queues (PACKET_FANOUT sockets or TUN queues), each with its own receive goroutine")
+		offload  = fs.Bool("offload", true, "virtio-net header: checksum offload and GSO with the kernel")
+		mtu      = fs.Uint("mtu", 0, "tun only: device MTU (0: the device's default)")
+		impair   = fs.String("impair", "none", "fault injection, e.g. loss=5%,dup=1%,reorder=1%,corrupt=0.1%,delay=1ms,jitter=100us,seed=1")
+	)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: ustack serve -link afpacket:IFACE|tun:NAME -addr CIDR[,CIDR] [flags]\n\nRuns a ustack host on a real interface with echo, discard and HTTP\nservices until SIGINT or SIGTERM.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "ustack serve: "+format+"\n", a...)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return usage("unexpected argument %q", fs.Arg(0))
+	}
+	if kind, name, _ := strings.Cut(*linkSpec, ":"); (kind != "afpacket" && kind != "tun") || name == "" {
+		return usage("-link %q: want afpacket:IFACE or tun:NAME (-link is required)", *linkSpec)
+	}
+	prefixes, err := parsePrefixes(*addrs)
+	if err != nil || len(prefixes) == 0 {
+		return usage("-addr %q: want comma-separated CIDRs such as 198.18.0.2/24", *addrs)
+	}
+	peers, err := parsePrefixes(*peer)
+	if err != nil {
+		return usage("-peer-addr %q: want comma-separated CIDRs", *peer)
+	}
+	var gateways []netip.Addr
+	for _, g := range splitList(*gws) {
+		a, err := netip.ParseAddr(g)
+		if err != nil {
+			return usage("-gw %q: not an IP address", g)
+		}
+		gateways = append(gateways, a)
+	}
+	if !sched.Known(*qdisc) {
+		return usage("%v", &sched.UnknownError{Name: *qdisc})
+	}
+	for _, p := range []struct {
+		name string
+		v    uint
+	}{{"-echo", *echo}, {"-discard", *discard}, {"-http", *httpPort}} {
+		if p.v > 65535 {
+			return usage("%s %d: a port is at most 65535", p.name, p.v)
+		}
+	}
+	if *queues < 1 {
+		return usage("-queues %d: must be at least 1", *queues)
+	}
+	if *mtu > 65535 {
+		return usage("-mtu %d: must be at most 65535", *mtu)
+	}
+	im, err := link.ParseImpairments(*impair)
+	if err != nil {
+		return usage("-impair: %v", err)
+	}
+	ep, err := serve.OpenLink(*linkSpec, serve.LinkOptions{Queues: *queues, NoOffload: !*offload, MTU: uint32(*mtu), PeerAddrs: peers, Impair: im})
+	if err != nil {
+		fmt.Fprintf(stderr, "ustack serve: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	_, name, _ := strings.Cut(*linkSpec, ":")
+	err = serve.Run(ctx, serve.Config{
+		Endpoint: ep,
+		Name:     name,
+		Addrs:    prefixes,
+		Gateways: gateways,
+		Qdisc:    *qdisc,
+		Ports:    serve.Ports{Echo: uint16(*echo), Discard: uint16(*discard), HTTP: uint16(*httpPort)},
+		Metrics:  *metrics,
+	}, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "ustack serve: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func parsePrefixes(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range splitList(s) {
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
