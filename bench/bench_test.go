@@ -126,7 +126,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestRunPlanAlternatesAndTakesMedians(t *testing.T) {
-	p := Plan{Tests: []string{UDPRR}, Link: "mem", Qdiscs: []string{sched.None, sched.FIFO}, Senders: []int{1, 2}, Duration: 20 * time.Millisecond, Count: 3}
+	p := Plan{Tests: []string{UDPRR}, Links: []string{"mem"}, Qdiscs: []string{sched.None, sched.FIFO}, Senders: []int{1, 2}, Duration: 20 * time.Millisecond, Count: 3}
 	var order []string
 	res, err := RunPlan(context.Background(), p, func(done, total int, c Config) {
 		require.Equal(t, 12, total)
@@ -165,7 +165,7 @@ func TestMedian(t *testing.T) {
 }
 
 func TestAutoCountKeepsBareRunInBudget(t *testing.T) {
-	p := Plan{Tests: []string{UDPStream, TCPRR}, Link: "mem", Qdiscs: sched.Names(), Senders: []int{1, 64}, Duration: time.Second}
+	p := Plan{Tests: []string{UDPStream, TCPRR}, Links: []string{"mem"}, Qdiscs: sched.Names(), Senders: []int{1, 64}, Duration: time.Second}
 	require.GreaterOrEqual(t, p.AutoCount(), 1)
 	require.LessOrEqual(t, p.Estimate(), Budget+time.Duration(len(p.Cells()))*(p.Duration+cellOverhead(p.Duration)))
 	big := p

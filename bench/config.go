@@ -143,8 +143,10 @@ func (c Config) Validate() error {
 // Plan is a whole run: every combination of its tests, qdiscs and sender
 // counts, each repeated Count times in alternation.
 type Plan struct {
-	Tests    []string
-	Link     string
+	Tests []string
+	// Links are the links to run on, alternated like every other
+	// dimension, so that ustack and the kernel baseline share one run.
+	Links    []string
 	Qdiscs   []string
 	Senders  []int
 	Size     int
@@ -161,19 +163,22 @@ type Plan struct {
 	Tun          *tun.Options
 }
 
-// Cells returns the plan's configurations in report order: by test, then
-// qdisc, then senders.
+// Cells returns the plan's configurations in report order: by link, then
+// test, then qdisc, then senders. A kveth link runs once per test and
+// senders, with the kernel's qdisc.
 func (p Plan) Cells() []Config {
 	var cells []Config
-	qdiscs := p.Qdiscs
-	if p.Link == "kveth" {
-		qdiscs = []string{KernelQdisc}
-	}
-	for _, t := range p.Tests {
-		for _, q := range qdiscs {
-			for _, n := range p.Senders {
-				cells = append(cells, Config{Test: t, Link: p.Link, Qdisc: q, Senders: n, Size: p.Size, Duration: p.Duration,
-					Mem: p.Mem, QdiscOptions: p.QdiscOptions, Reverse: p.Reverse, MTU: p.MTU, Impair: p.Impair, AFPacket: p.AFPacket, Tun: p.Tun})
+	for _, l := range p.Links {
+		qdiscs := p.Qdiscs
+		if l == "kveth" {
+			qdiscs = []string{KernelQdisc}
+		}
+		for _, t := range p.Tests {
+			for _, q := range qdiscs {
+				for _, n := range p.Senders {
+					cells = append(cells, Config{Test: t, Link: l, Qdisc: q, Senders: n, Size: p.Size, Duration: p.Duration,
+						Mem: p.Mem, QdiscOptions: p.QdiscOptions, Reverse: p.Reverse, MTU: p.MTU, Impair: p.Impair, AFPacket: p.AFPacket, Tun: p.Tun})
+				}
 			}
 		}
 	}
@@ -182,8 +187,8 @@ func (p Plan) Cells() []Config {
 
 // Validate checks every cell of the plan.
 func (p Plan) Validate() error {
-	if len(p.Tests) == 0 || len(p.Qdiscs) == 0 || len(p.Senders) == 0 {
-		return fmt.Errorf("a plan needs at least one test, qdisc and sender count")
+	if len(p.Links) == 0 || len(p.Tests) == 0 || len(p.Qdiscs) == 0 || len(p.Senders) == 0 {
+		return fmt.Errorf("a plan needs at least one link, test, qdisc and sender count")
 	}
 	if p.Count < 0 {
 		return fmt.Errorf("count %d: must be at least 1", p.Count)

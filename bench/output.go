@@ -86,7 +86,7 @@ func WriteCSV(w io.Writer, rs []Result) error {
 // row's headline rate with the first qdisc's at the same test and senders.
 func WriteTable(w io.Writer, rs []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "test\tqdisc\tsenders\tsize\tsent_pps\trecv_pps\tgbps\ttps\tloss%\tcpu_ns/op\tallocs/op\tB/op\tvcsw\tivcsw\tp50_us\tp99_us\tp999_us\tvs_first\t")
+	fmt.Fprintln(tw, "test\tlink\tqdisc\tsenders\tsize\tsent_pps\trecv_pps\tgbps\ttps\tloss%\tcpu_ns/op\tallocs/op\tB/op\tvcsw\tivcsw\tp50_us\tp99_us\tp999_us\tvs_first\t")
 	ratios := Ratio(rs)
 	for i, r := range rs {
 		ratio := "-"
@@ -104,8 +104,8 @@ func WriteTable(w io.Writer, rs []Result) error {
 		if rr {
 			tps = si(r.TPS)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%.3f\t%s\t%.2f\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t\n",
-			r.Test, r.Qdisc, r.Senders, r.Size, si(r.SentPPS), si(r.RecvPPS), r.Gbps, tps, r.LossPct,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%.3f\t%s\t%.2f\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t\n",
+			r.Test, r.Link, r.Qdisc, r.Senders, r.Size, si(r.SentPPS), si(r.RecvPPS), r.Gbps, tps, r.LossPct,
 			r.CPUNsPerOp, r.AllocsPerOp, r.BytesPerOp, r.VCSW, r.IVCSW, lat(r.P50us), lat(r.P99us), lat(r.P999us), ratio)
 	}
 	return tw.Flush()

@@ -35,7 +35,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ustack bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		linkName = fs.String("link", "mem", "link between the hosts: "+strings.Join(bench.Links(), ", "))
+		linkName = fs.String("link", "mem", "links between the hosts, comma-separated, or all: "+strings.Join(bench.Links(), ", ")+" (all but mem need root)")
 		tests    = fs.String("test", "udp_stream,tcp_rr", "tests, comma-separated, or all: "+strings.Join(bench.Tests(), ", "))
 		qdiscs   = fs.String("qdisc", "all", "queueing disciplines, comma-separated, or all: "+strings.Join(sched.Names(), ", "))
 		senders  = fs.String("senders", "1,64", "sender (session) counts, comma-separated")
@@ -77,8 +77,11 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		if *asJSON && *asCSV {
 			return bench.Plan{}, usageError{errors.New("-json and -csv: choose one")}
 		}
-		p := bench.Plan{Link: *linkName, Size: *size, Duration: *duration, Count: *count}
+		p := bench.Plan{Size: *size, Duration: *duration, Count: *count}
 		var err error
+		if p.Links, err = parseList(*linkName, bench.Links(), "link"); err != nil {
+			return p, err
+		}
 		if p.Tests, err = parseList(*tests, bench.Tests(), "test"); err != nil {
 			return p, err
 		}
@@ -106,25 +109,22 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return p, usageError{fmt.Errorf("-impair: %w", err)}
 		}
-		if p.Link == "mem" {
-			mo.Impair = im
-		} else {
-			if err := im.Validate(); err != nil {
-				return p, usageError{fmt.Errorf("-impair: %w", err)}
-			}
-			p.Impair, p.MTU = im, *mtu
-		}
+		// Faults and MTU go to whichever links the plan has: mem takes
+		// them in its own options, the devices in the plan's.
+		mo.Impair = im
+		p.Impair, p.MTU = im, *mtu
 		if *txBatch < 0 || *queues < 1 {
 			return p, usageError{fmt.Errorf("-tx-batch %d, -queues %d: must be at least 0 and 1", *txBatch, *queues)}
 		}
 		p.Reverse = *reverse
 		p.AFPacket = &afpacket.Options{NoVnetHdr: !*offload, TXBatch: *txBatch, Queues: *queues}
 		p.Tun = &tun.Options{NoOffload: !*offload, Queues: *queues}
-		if _, _, err := mem.Pair(&mo); err != nil {
-			return p, usageError{err}
-		} else {
-			p.Mem = &mo
+		if slices.Contains(p.Links, "mem") {
+			if err := mo.Validate(); err != nil {
+				return p, usageError{err}
+			}
 		}
+		p.Mem = &mo
 		if *qlimit < 1 {
 			return p, usageError{fmt.Errorf("-qdisc-limit %d: must be at least 1", *qlimit)}
 		}

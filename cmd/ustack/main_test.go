@@ -29,7 +29,7 @@ func TestBadFlagsExit2WithChoices(t *testing.T) {
 		{[]string{"bench", "-qdisc", "red"}, "none, fifo, rootlock, busylock, enqlock, llist"},
 		{[]string{"bench", "-qdisc-limit", "0"}, "-qdisc-limit"},
 		{[]string{"bench", "-test", "ping"}, "udp_stream, tcp_stream, tcp_rr, udp_rr"},
-		{[]string{"bench", "-link", "wire"}, "valid links are mem"},
+		{[]string{"bench", "-link", "wire"}, "valid choices are mem, veth, tun, kveth"},
 		{[]string{"bench", "-size", "-5"}, "size"},
 		{[]string{"bench", "-size", "70000", "-test", "udp_rr"}, "65507"},
 		{[]string{"bench", "-duration", "soon"}, "duration"},

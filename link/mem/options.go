@@ -75,6 +75,12 @@ func DefaultOptions() Options {
 	}
 }
 
+// Validate checks o as Pair would, without building anything.
+func (o *Options) Validate() error {
+	_, err := o.normalize()
+	return err
+}
+
 // normalize fills defaults into a copy of o and checks it.
 func (o *Options) normalize() (Options, error) {
 	if o == nil {
