@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package integration tests ustack against the real Linux stack, in
 // network namespaces the tests build themselves. The tests need root
 // (CAP_SYS_ADMIN and CAP_NET_ADMIN); without it they skip and say why.

@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 // tunTransferSize is what each direction of a per-qdisc TUN transfer
