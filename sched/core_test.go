@@ -494,3 +494,107 @@ func TestHistogram(t *testing.T) {
 	require.Contains(t, h.String(), "[512, 1K)")
 	require.Contains(t, h.String(), "[1K, 2K)")
 }
+
+// udpPacket is a flowPacket marked as UDP, which may wait for room.
+func udpPacket(flow, seq uint32) *stack.PacketBuffer {
+	pkt := flowPacket(flow, seq)
+	pkt.TransportProtocolNumber = header.UDPProtocolNumber
+	return pkt
+}
+
+// blockedLink returns a recorder whose first write blocks until release is
+// closed, and a channel closed once that write has begun.
+func blockedLink() (r *recorder, started, release chan struct{}) {
+	r = newRecorder()
+	started, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r.refuse = func(n int) int {
+		once.Do(func() {
+			close(started)
+			<-release
+		})
+		return n
+	}
+	return r, started, release
+}
+
+// TestUDPWaitsForRoom fills the queue behind a runner stuck in the link:
+// a UDP writer then waits instead of being refused, and is accepted once
+// the runner makes room; a non-UDP packet is refused at once.
+func TestUDPWaitsForRoom(t *testing.T) {
+	for _, name := range ours {
+		t.Run(name, func(t *testing.T) {
+			r, started, release := blockedLink()
+			q := newOurs(t, name, r, &Options{Limit: 4, UDPBlock: time.Minute})
+			go func() {
+				pkt := udpPacket(0, 0)
+				q.WritePacket(pkt)
+				pkt.DecRef()
+			}()
+			<-started
+			for i := uint32(1); i <= 4; i++ {
+				pkt := udpPacket(0, i)
+				require.Nil(t, q.WritePacket(pkt))
+				pkt.DecRef()
+			}
+			other := flowPacket(1, 0)
+			require.IsType(t, &tcpip.ErrNoBufferSpace{}, q.WritePacket(other), "only UDP writers wait")
+			other.DecRef()
+			waited := make(chan tcpip.Error)
+			go func() {
+				pkt := udpPacket(0, 5)
+				waited <- q.WritePacket(pkt)
+				pkt.DecRef()
+			}()
+			require.Eventually(t, func() bool { return q.QdiscStats().Blocked > 0 }, 10*time.Second, time.Millisecond)
+			close(release)
+			require.Nil(t, <-waited, "accepted once the runner made room")
+			s := requireConserved(t, q, r)
+			require.Equal(t, uint64(6), s.Sent)
+			require.Equal(t, uint64(1), s.Refused.Overlimit)
+			q.Close()
+		})
+	}
+}
+
+// TestUDPWaitIsBounded: a queue that never drains refuses a waiting UDP
+// writer when its wait is over, and Close wakes one at once.
+func TestUDPWaitIsBounded(t *testing.T) {
+	for _, name := range ours {
+		t.Run(name, func(t *testing.T) {
+			r, started, release := blockedLink()
+			q := newOurs(t, name, r, &Options{Limit: 2, UDPBlock: 20 * time.Millisecond})
+			go func() {
+				pkt := udpPacket(0, 0)
+				q.WritePacket(pkt)
+				pkt.DecRef()
+			}()
+			<-started
+			for i := uint32(1); i <= 2; i++ {
+				pkt := udpPacket(0, i)
+				require.Nil(t, q.WritePacket(pkt))
+				pkt.DecRef()
+			}
+			pkt := udpPacket(0, 3)
+			require.IsType(t, &tcpip.ErrNoBufferSpace{}, q.WritePacket(pkt), "refused when the wait is over")
+			pkt.DecRef()
+
+			q.udpBlock = time.Hour
+			waited := make(chan tcpip.Error)
+			go func() {
+				pkt := udpPacket(0, 4)
+				waited <- q.WritePacket(pkt)
+				pkt.DecRef()
+			}()
+			require.Eventually(t, func() bool { return q.QdiscStats().Blocked >= 2 }, 10*time.Second, time.Millisecond)
+			closed := make(chan struct{})
+			go func() {
+				q.Close()
+				close(closed)
+			}()
+			require.NotNil(t, <-waited, "Close wakes a waiting writer")
+			close(release)
+			<-closed
+		})
+	}
+}

@@ -28,7 +28,7 @@ var nodePool = sync.Pool{New: func() any { return new(node) }}
 // admitLList pushes pkt onto the deferred list with one compare-and-swap.
 // Whoever finds the list empty becomes its leader: it takes the root lock
 // for everybody; the others return at once.
-func (q *Qdisc) admitLList(pkt *stack.PacketBuffer) tcpip.Error {
+func (q *Qdisc) admitLList(pkt *stack.PacketBuffer, mayWait bool) (tcpip.Error, <-chan struct{}) {
 	n := nodePool.Get().(*node)
 	// The reference must exist before the push publishes the node: a
 	// leader may take it and send it before this call returns.
@@ -51,18 +51,33 @@ func (q *Qdisc) admitLList(pkt *stack.PacketBuffer) tcpip.Error {
 			n.pkt, n.next = nil, nil
 			nodePool.Put(n)
 			pkt.DecRef()
+			if mayWait {
+				// Wait for the runner to make room, as a lock-based
+				// strategy's writer does; a list at its cap drains
+				// into the queue as the runner empties it, too.
+				q.root.lock(q.profile)
+				var room <-chan struct{}
+				if !q.closed && q.running && (burst || q.fifo.len()+int(depth) > q.limit) {
+					room = q.roomLocked()
+				}
+				q.root.unlock()
+				if room != nil {
+					return nil, room
+				}
+				return q.admitLList(pkt, false)
+			}
 			if burst {
 				q.burstRefused.Add(1)
 			} else {
 				q.overRefused.Add(1)
 			}
-			return &tcpip.ErrNoBufferSpace{}
+			return &tcpip.ErrNoBufferSpace{}, nil
 		}
 		if q.deferred.CompareAndSwap(old, n) {
 			if old != nil {
-				return nil
+				return nil, nil
 			}
-			return q.leadLList()
+			return q.leadLList(), nil
 		}
 		q.casRetries.Add(1)
 	}

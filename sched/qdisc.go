@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
@@ -49,6 +50,11 @@ const (
 	// full link that cannot signal writability: about one syscall-bound
 	// device's time to drain a batch.
 	DefaultRetryInterval = 50 * time.Microsecond
+	// DefaultUDPBlock is how long a UDP writer waits for room in a full
+	// queue before it is refused: long enough for the runner to send a few
+	// batches on any link we have (a batch leaves in well under a
+	// millisecond), short enough that a dead link shows as ENOBUFS soon.
+	DefaultUDPBlock = 100 * time.Millisecond
 )
 
 // WritableNotifier is implemented by links that can say when a write that
@@ -99,6 +105,7 @@ type Qdisc struct {
 	batchMax int
 	maxBurst int
 	retry    time.Duration
+	udpBlock time.Duration // 0: never block
 	profile  bool
 	notifies bool
 
@@ -114,7 +121,12 @@ type Qdisc struct {
 	sent, bytes, batches, requeued    uint64
 	refused, dropped                  Drops
 	handoffs, linkFull, retries       uint64
+	blocked                           uint64 // waits of UDP writers for room
 	llScratch                         []*node
+	// room is closed, and forgotten, when a full queue frees room while
+	// writers wait on it (roomWaiters).
+	room        chan struct{}
+	roomWaiters int
 
 	// runningHint mirrors running for busylock's unlocked check, as Linux's
 	// qdisc_is_running reads without the lock.
@@ -165,6 +177,7 @@ func newQdisc(strat strategy, lower stack.LinkWriter, o Options) (*Qdisc, error)
 		batchMax: min(o.Batch, o.Quota),
 		maxBurst: o.MaxBurst,
 		retry:    o.RetryInterval,
+		udpBlock: max(o.UDPBlock, 0),
 		profile:  !o.NoProfile,
 		fifo:     newPktRing(o.Limit + min(o.Batch, o.Quota)),
 		kick:     make(chan struct{}, 1),
@@ -202,6 +215,30 @@ func (q *Qdisc) WritePacket(pkt *stack.PacketBuffer) tcpip.Error {
 const latencySampleEvery = 16
 
 func (q *Qdisc) admit(pkt *stack.PacketBuffer) tcpip.Error {
+	// A UDP writer is an application goroutine holding no stack lock, so
+	// it may wait for room as a blocking socket waits for send buffer,
+	// instead of being refused and retrying at once. Nothing else waits:
+	// TCP segments, ACKs and control packets come from goroutines that
+	// other connections share.
+	mayWait := q.udpBlock > 0 && pkt.TransportProtocolNumber == header.UDPProtocolNumber
+	var deadline time.Time
+	for {
+		err, room := q.admitOnce(pkt, mayWait)
+		if room == nil {
+			return err
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(q.udpBlock)
+		}
+		if !q.waitRoom(room, deadline) {
+			mayWait = false // one last try, refused if still full
+		}
+	}
+}
+
+// admitOnce runs one admission under the strategy's locks. If the queue is
+// full and the packet may wait, it returns the channel that signals room.
+func (q *Qdisc) admitOnce(pkt *stack.PacketBuffer, mayWait bool) (tcpip.Error, <-chan struct{}) {
 	switch q.strat {
 	case busyLock:
 		// Only an enqueuer that finds a runner at work queues on the second
@@ -211,7 +248,7 @@ func (q *Qdisc) admit(pkt *stack.PacketBuffer) tcpip.Error {
 			q.busy.lock(q.profile)
 		}
 		q.root.lock(q.profile)
-		first, runner, err := q.admitLocked(pkt)
+		first, runner, err, room := q.admitLocked(pkt, mayWait)
 		q.root.unlock()
 		if contended {
 			q.busy.unlock()
@@ -219,53 +256,90 @@ func (q *Qdisc) admit(pkt *stack.PacketBuffer) tcpip.Error {
 		if runner {
 			q.run(first)
 		}
-		return err
+		return err, room
 	case enqLock:
 		q.enq.lock(q.profile)
 		q.root.lock(q.profile)
-		first, runner, err := q.admitLocked(pkt)
+		first, runner, err, room := q.admitLocked(pkt, mayWait)
 		q.root.unlock()
 		q.enq.unlock()
 		if runner {
 			q.run(first)
 		}
-		return err
+		return err, room
 	case lList:
-		return q.admitLList(pkt)
+		return q.admitLList(pkt, mayWait)
 	default:
 		q.root.lock(q.profile)
-		first, runner, err := q.admitLocked(pkt)
+		first, runner, err, room := q.admitLocked(pkt, mayWait)
 		q.root.unlock()
 		if runner {
 			q.run(first)
 		}
-		return err
+		return err, room
+	}
+}
+
+// waitRoom waits for room, the deadline or Close, and reports whether room
+// came.
+func (q *Qdisc) waitRoom(room <-chan struct{}, deadline time.Time) bool {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-room:
+		return true
+	case <-t.C:
+		return false
+	case <-q.stop:
+		return false
+	}
+}
+
+// roomLocked registers a waiter for room in the queue.
+func (q *Qdisc) roomLocked() <-chan struct{} {
+	if q.room == nil {
+		q.room = make(chan struct{})
+	}
+	q.roomWaiters++
+	q.blocked++
+	return q.room
+}
+
+// signalRoomLocked wakes the writers waiting for room, if there is some.
+func (q *Qdisc) signalRoomLocked() {
+	if q.roomWaiters > 0 && (q.closed || q.fifo.len() < q.limit) {
+		close(q.room)
+		q.room, q.roomWaiters = nil, 0
 	}
 }
 
 // admitLocked takes one packet under the root lock. It returns runner=true
 // if the caller now owns the running token, and first, a reference to pkt,
-// if pkt should be sent directly (bypass).
-func (q *Qdisc) admitLocked(pkt *stack.PacketBuffer) (first *stack.PacketBuffer, runner bool, err tcpip.Error) {
+// if pkt should be sent directly (bypass). If the queue is full and the
+// packet may wait, it counts nothing and returns the channel to wait on.
+func (q *Qdisc) admitLocked(pkt *stack.PacketBuffer, mayWait bool) (first *stack.PacketBuffer, runner bool, err tcpip.Error, room <-chan struct{}) {
+	if mayWait && !q.closed && q.running && q.fifo.len() >= q.limit {
+		return nil, false, nil, q.roomLocked()
+	}
 	q.offered++
 	switch {
 	case q.closed:
 		q.refused.Closed++
-		return nil, false, &tcpip.ErrClosedForSend{}
+		return nil, false, &tcpip.ErrClosedForSend{}, nil
 	case !q.running:
 		// Nobody runs, so the queue is empty: send directly (Linux's
 		// TCQ_F_CAN_BYPASS), taking the token to keep order.
 		q.setRunningLocked(true)
 		q.enqueued++
 		q.bypassed++
-		return pkt.IncRef(), true, nil
+		return pkt.IncRef(), true, nil, nil
 	case q.fifo.len() >= q.limit:
 		q.refused.Overlimit++
-		return nil, false, &tcpip.ErrNoBufferSpace{}
+		return nil, false, &tcpip.ErrNoBufferSpace{}, nil
 	}
 	q.fifo.pushBack(pkt.IncRef())
 	q.enqueued++
-	return nil, false, nil
+	return nil, false, nil, nil
 }
 
 func (q *Qdisc) setRunningLocked(r bool) {
@@ -345,6 +419,7 @@ func (q *Qdisc) fillLocked(budget int) bool {
 		q.batch.PushBack(q.fifo.popFront())
 	}
 	q.backlogHint.Store(int32(q.fifo.len()))
+	q.signalRoomLocked()
 	return true
 }
 
@@ -476,6 +551,8 @@ func (q *Qdisc) Close() {
 	}
 	q.closed = true
 	q.closeWaits = true
+	// Writers waiting for room learn at once that none will come.
+	q.signalRoomLocked()
 	for q.running && !q.parked {
 		q.idle.Wait()
 	}
@@ -487,6 +564,7 @@ func (q *Qdisc) Close() {
 	}
 	q.dropped.Closed += uint64(len(release))
 	q.backlogHint.Store(0)
+	q.signalRoomLocked()
 	q.root.mu.Unlock()
 	for _, p := range release {
 		p.DecRef()
@@ -520,6 +598,7 @@ func (q *Qdisc) QdiscStats() Stats {
 		Dropped:       q.dropped,
 		Backlog:       q.fifo.len(),
 		QuotaHandoffs: q.handoffs,
+		Blocked:       q.blocked,
 		LinkFull:      q.linkFull,
 		TimerRetries:  q.retries,
 	}

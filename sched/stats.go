@@ -46,6 +46,8 @@ type Stats struct {
 	// QuotaHandoffs counts runs that spent their quota with packets left
 	// and handed the rest to the background goroutine.
 	QuotaHandoffs uint64 `json:"quota_handoffs"`
+	// Blocked counts waits of UDP writers for room in a full queue.
+	Blocked uint64 `json:"blocked"`
 	// LinkFull counts runs that stopped because the link was full;
 	// WritableWakeups counts the link's signals that it can take more, and
 	// TimerRetries the timed retries of links that cannot signal.
@@ -117,6 +119,7 @@ func (s Stats) Sub(prev Stats) Stats {
 	d.Refused = s.Refused.sub(prev.Refused)
 	d.Dropped = s.Dropped.sub(prev.Dropped)
 	d.QuotaHandoffs -= prev.QuotaHandoffs
+	d.Blocked -= prev.Blocked
 	d.LinkFull -= prev.LinkFull
 	d.WritableWakeups -= prev.WritableWakeups
 	d.TimerRetries -= prev.TimerRetries
