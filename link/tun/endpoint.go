@@ -338,13 +338,9 @@ func (q *queue) receive(b []byte) {
 		if q.uso == nil {
 			q.uso = make([]byte, maxPacketSize)
 		}
-		n, err := splitUSO(h, ip, q.uso, q.deliver)
-		if err != nil {
+		if _, err := splitUSO(h, ip, q.uso, q.countUSO, q.deliver); err != nil {
 			q.rxErrors.Add(1)
-			return
 		}
-		q.e.rxUSO.Add(1)
-		q.e.rxUSODatagrams.Add(uint64(n))
 		return
 	case vnet.GSOTCPv4, vnet.GSOTCPv6:
 		// gVisor takes a TCP segment of any size: deliver it whole, as
@@ -352,6 +348,12 @@ func (q *queue) receive(b []byte) {
 		q.e.rxSuper.Add(1)
 	}
 	q.deliver(ip)
+}
+
+// countUSO counts a UDP super-packet about to be split into n datagrams.
+func (q *queue) countUSO(n int) {
+	q.e.rxUSO.Add(1)
+	q.e.rxUSODatagrams.Add(uint64(n))
 }
 
 // deliver copies the IP packet ip once into a right-sized pooled view and

@@ -212,7 +212,9 @@ func TestTunSplitUSO(t *testing.T) {
 				require.NoError(t, h.Check(len(ip)))
 				var got []byte
 				var ids []uint16
-				n, err := splitUSO(h, ip, make([]byte, maxPacketSize), func(d []byte) {
+				counted := -1
+				n, err := splitUSO(h, ip, make([]byte, maxPacketSize), func(n int) { counted = n }, func(d []byte) {
+					require.Positive(t, counted, "counted before the first datagram is emitted")
 					require.True(t, vnet.VerifyIP(d), "datagram %d has bad checksums", len(ids))
 					l4 := int(h.CsumStart)
 					u := header.UDP(d[l4:])
@@ -229,6 +231,7 @@ func TestTunSplitUSO(t *testing.T) {
 				})
 				require.NoError(t, err)
 				require.Equal(t, (size+999)/1000, n)
+				require.Equal(t, n, counted, "count was told what followed")
 				require.Equal(t, payload, got, "the datagrams carry the payload in order")
 				for i, id := range ids {
 					require.Equal(t, uint16(0xfffe+i), id, "IPv4 IDs count up from the super-packet's, wrapping")
@@ -258,12 +261,12 @@ func TestTunSplitUSOMalformed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c, hc := bytes.Clone(ip), h
 			c = tc.mod(c, &hc)
-			n, err := splitUSO(hc, c, scratch, func([]byte) { t.Fatal("emitted a datagram of a malformed packet") })
+			n, err := splitUSO(hc, c, scratch, func(int) { t.Fatal("counted a malformed packet") }, func([]byte) { t.Fatal("emitted a datagram of a malformed packet") })
 			require.Error(t, err)
 			require.Zero(t, n)
 		})
 	}
-	_, err := splitUSO(h, ip, make([]byte, 100), func([]byte) {})
+	_, err := splitUSO(h, ip, make([]byte, 100), func(int) {}, func([]byte) {})
 	require.ErrorContains(t, err, "datagram buffer")
 }
 

@@ -23,9 +23,12 @@ const maxUDPSegments = 128
 // headers with its own lengths, the IPv4 ID incremented per datagram, and
 // full IPv4 and UDP checksums. Each datagram is built in scratch, which
 // must hold the headers plus h.GSOSize bytes, and handed to emit, which
-// must copy what it keeps before returning. It returns how many datagrams
-// it emitted, or an error (and emits nothing) if the packet is malformed.
-func splitUSO(h vnet.Header, ip, scratch []byte, emit func([]byte)) (int, error) {
+// must copy what it keeps before returning. Once the packet has passed
+// every check, and before the first emit, it tells count how many
+// datagrams will follow, so counters are up to date by the time a reader
+// sees the first of them. It returns how many datagrams it emitted, or an
+// error (and emits nothing) if the packet is malformed.
+func splitUSO(h vnet.Header, ip, scratch []byte, count func(n int), emit func([]byte)) (int, error) {
 	if h.Flags&vnet.FlagNeedsCsum == 0 {
 		return 0, errors.New("UDP super-packet without a partial checksum")
 	}
@@ -57,14 +60,16 @@ func splitUSO(h vnet.Header, ip, scratch []byte, emit func([]byte)) (int, error)
 	}
 	payload := ip[l4+header.UDPMinimumSize:]
 	hdrLen := l4 + header.UDPMinimumSize
-	switch n := (len(payload) + seg - 1) / seg; {
+	total := (len(payload) + seg - 1) / seg
+	switch {
 	case len(payload) == 0:
 		return 0, errors.New("UDP super-packet without payload")
-	case n > maxUDPSegments:
-		return 0, fmt.Errorf("UDP super-packet of %d datagrams: more than the kernel's %d", n, maxUDPSegments)
+	case total > maxUDPSegments:
+		return 0, fmt.Errorf("UDP super-packet of %d datagrams: more than the kernel's %d", total, maxUDPSegments)
 	case hdrLen+min(seg, len(payload)) > len(scratch):
 		return 0, fmt.Errorf("UDP super-packet with %d-byte datagrams: larger than the %d-byte datagram buffer", seg, len(scratch)-hdrLen)
 	}
+	count(total)
 	n := 0
 	for off := 0; off < len(payload); off += seg {
 		chunk := payload[off:min(off+seg, len(payload))]
