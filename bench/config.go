@@ -10,6 +10,7 @@ import (
 	"github.com/ustack-dev/ustack/link/afpacket"
 	"github.com/ustack-dev/ustack/link/mem"
 	"github.com/ustack-dev/ustack/link/tun"
+	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
 )
 
@@ -62,9 +63,11 @@ const MaxSessions = 10000
 // Config is one benchmark cell: one test, on one link, with one qdisc and
 // one number of senders.
 type Config struct {
-	Test     string
-	Link     string
-	Qdisc    string
+	Test  string
+	Link  string
+	Qdisc string
+	// BusyPoll is the ustack hosts' busy polling (package poll).
+	BusyPoll poll.Mode
 	Senders  int
 	Size     int // message size in bytes; 0 means DefaultSize(Test)
 	Duration time.Duration
@@ -101,6 +104,9 @@ func (c Config) size() int {
 
 // String names the cell for progress lines and errors.
 func (c Config) String() string {
+	if c.BusyPoll.Kind != poll.Off {
+		return fmt.Sprintf("%s/%s/%s/busypoll=%v/%d", c.Test, c.Link, c.Qdisc, c.BusyPoll, c.Senders)
+	}
 	return fmt.Sprintf("%s/%s/%s/%d", c.Test, c.Link, c.Qdisc, c.Senders)
 }
 
@@ -118,6 +124,12 @@ func (c Config) Validate() error {
 		}
 	} else if !sched.Known(c.Qdisc) {
 		return &sched.UnknownError{Name: c.Qdisc}
+	}
+	if err := c.BusyPoll.Check(); err != nil {
+		return err
+	}
+	if c.Link == "kveth" && c.BusyPoll.Kind != poll.Off {
+		return fmt.Errorf("link kveth has no ustack host to busy poll")
 	}
 	if c.Link == "mem" && c.Reverse {
 		return fmt.Errorf("reverse needs a kernel end: use link veth, tun or kveth")
@@ -146,11 +158,13 @@ type Plan struct {
 	Tests []string
 	// Links are the links to run on, alternated like every other
 	// dimension, so that ustack and the kernel baseline share one run.
-	Links    []string
-	Qdiscs   []string
-	Senders  []int
-	Size     int
-	Duration time.Duration
+	Links  []string
+	Qdiscs []string
+	// BusyPolls are the busy polling modes to compare; nil means off only.
+	BusyPolls []poll.Mode
+	Senders   []int
+	Size      int
+	Duration  time.Duration
 	// Count is how many times each cell runs; the result is the median.
 	// 0 means AutoCount.
 	Count        int
@@ -164,8 +178,8 @@ type Plan struct {
 }
 
 // Cells returns the plan's configurations in report order: by link, then
-// test, then qdisc, then senders. A kveth link runs once per test and
-// senders, with the kernel's qdisc.
+// test, then qdisc, then busy polling mode, then senders. A kveth link runs
+// once per test and senders, with the kernel's qdisc and no busy polling.
 func (p Plan) Cells() []Config {
 	var cells []Config
 	for _, l := range p.Links {
@@ -173,11 +187,17 @@ func (p Plan) Cells() []Config {
 		if l == "kveth" {
 			qdiscs = []string{KernelQdisc}
 		}
+		polls := p.BusyPolls
+		if len(polls) == 0 || l == "kveth" {
+			polls = []poll.Mode{{}}
+		}
 		for _, t := range p.Tests {
 			for _, q := range qdiscs {
-				for _, n := range p.Senders {
-					cells = append(cells, Config{Test: t, Link: l, Qdisc: q, Senders: n, Size: p.Size, Duration: p.Duration,
-						Mem: p.Mem, QdiscOptions: p.QdiscOptions, Reverse: p.Reverse, MTU: p.MTU, Impair: p.Impair, AFPacket: p.AFPacket, Tun: p.Tun})
+				for _, bp := range polls {
+					for _, n := range p.Senders {
+						cells = append(cells, Config{Test: t, Link: l, Qdisc: q, BusyPoll: bp, Senders: n, Size: p.Size, Duration: p.Duration,
+							Mem: p.Mem, QdiscOptions: p.QdiscOptions, Reverse: p.Reverse, MTU: p.MTU, Impair: p.Impair, AFPacket: p.AFPacket, Tun: p.Tun})
+					}
 				}
 			}
 		}

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 
+	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
 )
 
@@ -61,7 +63,7 @@ func WriteJSON(w io.Writer, rs []Result) error {
 }
 
 // csvHeader is the CSV header: the JSON field names, in order.
-var csvHeader = []string{"test", "link", "qdisc", "senders", "size", "duration_s", "sent_pps", "recv_pps", "gbps", "tps", "loss_pct", "cpu_ns_per_op", "allocs_per_op", "bytes_per_op", "vcsw", "ivcsw", "p50_us", "p99_us", "p999_us"}
+var csvHeader = []string{"test", "link", "qdisc", "senders", "size", "duration_s", "sent_pps", "recv_pps", "gbps", "tps", "loss_pct", "cpu_ns_per_op", "allocs_per_op", "bytes_per_op", "vcsw", "ivcsw", "p50_us", "p99_us", "p999_us", "busypoll"}
 
 // WriteCSV writes a header row and one row per result, with full precision.
 func WriteCSV(w io.Writer, rs []Result) error {
@@ -73,7 +75,7 @@ func WriteCSV(w io.Writer, rs []Result) error {
 	for _, r := range rs {
 		row := []string{r.Test, r.Link, r.Qdisc, strconv.Itoa(r.Senders), strconv.Itoa(r.Size), f(r.DurationS),
 			f(r.SentPPS), f(r.RecvPPS), f(r.Gbps), f(r.TPS), f(r.LossPct), f(r.CPUNsPerOp), f(r.AllocsPerOp), f(r.BytesPerOp),
-			f(r.VCSW), f(r.IVCSW), f(r.P50us), f(r.P99us), f(r.P999us)}
+			f(r.VCSW), f(r.IVCSW), f(r.P50us), f(r.P99us), f(r.P999us), r.BusyPoll}
 		if err := cw.Write(row); err != nil {
 			return err
 		}
@@ -83,10 +85,22 @@ func WriteCSV(w io.Writer, rs []Result) error {
 }
 
 // WriteTable writes an aligned table, with a last column comparing each
-// row's headline rate with the first qdisc's at the same test and senders.
+// row's headline rate with the first row's at the same test and senders.
+// A busypoll column appears when any row busy polls.
 func WriteTable(w io.Writer, rs []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "test\tlink\tqdisc\tsenders\tsize\tsent_pps\trecv_pps\tgbps\ttps\tloss%\tcpu_ns/op\tallocs/op\tB/op\tvcsw\tivcsw\tp50_us\tp99_us\tp999_us\tvs_first\t")
+	polling := slices.ContainsFunc(rs, func(r Result) bool { return r.BusyPoll != "" && r.BusyPoll != "off" })
+	bp := func(r Result) string {
+		if !polling {
+			return ""
+		}
+		return r.BusyPoll + "\t"
+	}
+	head := "test\tlink\tqdisc\t"
+	if polling {
+		head += "busypoll\t"
+	}
+	fmt.Fprintln(tw, head+"senders\tsize\tsent_pps\trecv_pps\tgbps\ttps\tloss%\tcpu_ns/op\tallocs/op\tB/op\tvcsw\tivcsw\tp50_us\tp99_us\tp999_us\tvs_first\t")
 	ratios := Ratio(rs)
 	for i, r := range rs {
 		ratio := "-"
@@ -104,8 +118,8 @@ func WriteTable(w io.Writer, rs []Result) error {
 		if rr {
 			tps = si(r.TPS)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%.3f\t%s\t%.2f\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t\n",
-			r.Test, r.Link, r.Qdisc, r.Senders, r.Size, si(r.SentPPS), si(r.RecvPPS), r.Gbps, tps, r.LossPct,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s%d\t%d\t%s\t%s\t%.3f\t%s\t%.2f\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t\n",
+			r.Test, r.Link, r.Qdisc, bp(r), r.Senders, r.Size, si(r.SentPPS), si(r.RecvPPS), r.Gbps, tps, r.LossPct,
 			r.CPUNsPerOp, r.AllocsPerOp, r.BytesPerOp, r.VCSW, r.IVCSW, lat(r.P50us), lat(r.P99us), lat(r.P999us), ratio)
 	}
 	return tw.Flush()
@@ -123,6 +137,44 @@ func si(v float64) string {
 	default:
 		return fmt.Sprintf("%.3g", v)
 	}
+}
+
+// WriteBusyPoll writes, for every result whose hosts busy polled, what
+// their readers did in the window: waits, how they ended, the receive
+// rounds they ran and the CPU time they spun.
+func WriteBusyPoll(w io.Writer, rs []Result) error {
+	if !slices.ContainsFunc(rs, func(r Result) bool { return r.BusyPollStats != nil }) {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "test\tlink\tqdisc\tbusypoll\tsenders\thost\twaits\thits\trunnable_exits\texhausted\tparks\tpolls\tpolls_found\tspin_ms\tspin_ns/op\tbudget_us\t")
+	for _, r := range rs {
+		if r.BusyPollStats == nil {
+			continue
+		}
+		ops := r.TPS * r.DurationS
+		if ops == 0 {
+			ops = r.SentPPS * r.DurationS
+		}
+		for _, side := range []struct {
+			name string
+			s    *poll.Stats
+		}{{"client", r.BusyPollStats.Client}, {"server", r.BusyPollStats.Server}} {
+			if side.s == nil {
+				continue
+			}
+			s := side.s
+			perOp := "-"
+			if ops > 0 {
+				perOp = fmt.Sprintf("%.0f", float64(s.SpinTime.Nanoseconds())/ops)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%s\t%.1f\t\n",
+				r.Test, r.Link, r.Qdisc, r.BusyPoll, r.Senders, side.name, s.Waits, s.Hits, s.RunnableExits, s.BudgetExhausted,
+				s.Parks, s.Polls, s.PollsFound, float64(s.SpinTime.Microseconds())/1000, perOp, float64(s.Budget.Nanoseconds())/1000)
+		}
+	}
+	return tw.Flush()
 }
 
 // WriteContention writes, for every result whose qdiscs keep a profile, the

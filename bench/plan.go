@@ -81,5 +81,6 @@ func Median(rs []Result) Result {
 		}
 	}
 	out.Contention = rs[best].Contention
+	out.BusyPollStats = rs[best].BusyPollStats
 	return out
 }

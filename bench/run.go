@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
 )
 
@@ -49,6 +50,17 @@ type Result struct {
 	// lock contention and WritePacket latency. Nil for gVisor's none and
 	// fifo, which keep none.
 	Contention *Contention `json:"contention,omitempty"`
+	// BusyPoll is the hosts' busy polling mode ("off" when none), and
+	// BusyPollStats what their busy-polling readers did in the window.
+	BusyPoll      string         `json:"busypoll"`
+	BusyPollStats *BusyPollStats `json:"busypoll_stats,omitempty"`
+}
+
+// BusyPollStats holds the busy polling counters of both ustack hosts for
+// one cell (nil for a kernel end).
+type BusyPollStats struct {
+	Client *poll.Stats `json:"client,omitempty"`
+	Server *poll.Stats `json:"server,omitempty"`
 }
 
 // Contention holds the qdisc profiles of both hosts for one cell: the
@@ -153,6 +165,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	stopped := sleep(ctx, warmup(c.Duration))
 	tx0, rx0, lost0 := topo.clientTX(), topo.serverRX(), topo.wireLost()
 	q0c, q0s := topo.qdiscs()
+	p0c, p0s := topo.polls()
 	b0 := w.snapshot()
 	u0 := readUsage()
 	r.phase.Store(phaseMeasure)
@@ -163,6 +176,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	u1 := readUsage()
 	b1 := w.snapshot()
 	q1c, q1s := topo.qdiscs()
+	p1c, p1s := topo.polls()
 	tx1, rx1, lost1 := topo.clientTX(), topo.serverRX(), topo.wireLost()
 	t := w.finish()
 	if stopped {
@@ -175,11 +189,22 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	if q1c != nil || q1s != nil {
 		res.Contention = &Contention{Client: since(q0c, q1c), Server: since(q0s, q1s)}
 	}
+	if c.BusyPoll.Kind != poll.Off {
+		res.BusyPollStats = &BusyPollStats{Client: pollSince(p0c, p1c), Server: pollSince(p0s, p1s)}
+	}
 	return res, nil
 }
 
 // since returns what a qdisc counted between two snapshots.
 func since(before, after *sched.Stats) *sched.Stats {
+	if before == nil || after == nil {
+		return nil
+	}
+	d := after.Sub(*before)
+	return &d
+}
+
+func pollSince(before, after *poll.Stats) *poll.Stats {
 	if before == nil || after == nil {
 		return nil
 	}
@@ -194,7 +219,7 @@ type wire struct{ tx, rx, lost uint64 }
 func (r *cell) result(u0, u1 usage, w wire, tcpBytes uint64, t tally) Result {
 	c := r.c
 	win := u1.at.Sub(u0.at).Seconds()
-	res := Result{Test: c.Test, Link: c.Link, Qdisc: c.Qdisc, Senders: c.Senders, Size: r.size, DurationS: win}
+	res := Result{Test: c.Test, Link: c.Link, Qdisc: c.Qdisc, BusyPoll: c.BusyPoll.String(), Senders: c.Senders, Size: r.size, DurationS: win}
 	var ops, bytes uint64
 	switch c.Test {
 	case UDPStream:

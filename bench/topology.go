@@ -10,6 +10,7 @@ import (
 
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/mem"
+	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
 	"github.com/ustack-dev/ustack/stack"
 )
@@ -43,7 +44,10 @@ type topology struct {
 	clientTX, serverRX, wireLost func() uint64
 	// qdiscs snapshots the qdisc counters of the ustack ends (nil for a
 	// kernel end or a qdisc that keeps none).
-	qdiscs  func() (client, server *sched.Stats)
+	qdiscs func() (client, server *sched.Stats)
+	// polls snapshots the busy polling counters of the ustack ends (nil
+	// for a kernel end).
+	polls   func() (client, server *poll.Stats)
 	closers []func()
 }
 
@@ -68,7 +72,7 @@ func newTopology(c Config) (*topology, error) {
 func ustackHost(c Config, ep gstack.LinkEndpoint, addr netip.Prefix) (*stack.Stack, tcpip.NICID, error) {
 	// Senders must learn when the NIC refuses a datagram, so that
 	// sent_pps counts what the stack took, not what it dropped at once.
-	s, err := stack.New(&stack.Options{UDPRecvErr: true})
+	s, err := stack.New(&stack.Options{UDPRecvErr: true, BusyPoll: c.BusyPoll})
 	if err != nil {
 		ep.Close()
 		return nil, 0, err
@@ -111,6 +115,7 @@ func memTopology(c Config) (*topology, error) {
 	t.serverRX = func() uint64 { return b.LinkStats().RXPackets }
 	t.wireLost = func() uint64 { return b.LinkStats().ImpairLost }
 	t.qdiscs = func() (*sched.Stats, *sched.Stats) { return qdiscOf(cs, cid), qdiscOf(ss, sid) }
+	t.polls = func() (*poll.Stats, *poll.Stats) { return pollOf(cs), pollOf(ss) }
 	return t, nil
 }
 
@@ -119,6 +124,11 @@ func qdiscOf(s *stack.Stack, id tcpip.NICID) *sched.Stats {
 		return &st
 	}
 	return nil
+}
+
+func pollOf(s *stack.Stack) *poll.Stats {
+	st := s.BusyPollStats()
+	return &st
 }
 
 func linkCounter(r link.Reporter, f func(link.Stats) uint64) func() uint64 {

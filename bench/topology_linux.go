@@ -18,6 +18,7 @@ import (
 	"github.com/ustack-dev/ustack/link/afpacket"
 	"github.com/ustack-dev/ustack/link/impair"
 	"github.com/ustack-dev/ustack/link/tun"
+	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
 )
 
@@ -153,6 +154,7 @@ func deviceTopology(c Config) (*topology, error) {
 		}
 		t.wireLost = zero
 		t.qdiscs = func() (*sched.Stats, *sched.Stats) { return nil, nil }
+		t.polls = func() (*poll.Stats, *poll.Stats) { return nil, nil }
 		ok = true
 		return t, nil
 	case "veth":
@@ -223,10 +225,12 @@ func deviceTopology(c Config) (*topology, error) {
 		t.client, t.server, t.serverAddr = kernel, ustack, ustackAddr.Addr()
 		t.clientTX, t.serverRX = ifaceCounter(k, kernelIf, false), ustackRX
 		t.qdiscs = func() (*sched.Stats, *sched.Stats) { return nil, qdiscOf(s, id) }
+		t.polls = func() (*poll.Stats, *poll.Stats) { return nil, pollOf(s) }
 	} else {
 		t.client, t.server, t.serverAddr = ustack, kernel, kernelAddr.Addr()
 		t.clientTX, t.serverRX = ustackTX, ifaceCounter(k, kernelIf, true)
 		t.qdiscs = func() (*sched.Stats, *sched.Stats) { return qdiscOf(s, id), nil }
+		t.polls = func() (*poll.Stats, *poll.Stats) { return pollOf(s), nil }
 	}
 	ok = true
 	return t, nil

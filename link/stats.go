@@ -30,6 +30,9 @@ type Stats struct {
 	// RXRounds counts receive rounds (one per batch delivered, like a NAPI
 	// poll): RXPackets/RXRounds is the mean receive batch.
 	RXRounds uint64
+	// RXBusyPolled counts the receive rounds among RXRounds that a
+	// busy-polling reader ran from its own goroutine (package poll).
+	RXBusyPolled uint64
 	// RXDetached counts accepted packets dropped because no stack was
 	// attached when they arrived.
 	RXDetached uint64

@@ -33,11 +33,14 @@ var (
 	latency    = prometheus.NewDesc("ustack_qdisc_writepacket_seconds", "WritePacket duration, sampled one call in 16.", []string{"nic", "qdisc"}, nil)
 	svcDesc    = prometheus.NewDesc("ustack_serve_total", "A counter of the serve command's services.", []string{"counter"}, nil)
 	activeDesc = prometheus.NewDesc("ustack_serve_active_connections", "TCP connections the services hold open.", nil, nil)
+	pollDesc   = prometheus.NewDesc("ustack_busypoll_total", "A counter of busy-polling readers (poll.Stats field).", []string{"counter"}, nil)
+	pollSpin   = prometheus.NewDesc("ustack_busypoll_spin_seconds_total", "CPU time readers spent busy polling.", nil, nil)
+	pollBudget = prometheus.NewDesc("ustack_busypoll_budget_seconds", "The budget a busy-polling wait gets now.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{gvisorDesc, nicDesc, linkDesc, qdiscDesc, backlog, lockCont, lockAcq, lockWait, latency, svcDesc, activeDesc} {
+	for _, d := range []*prometheus.Desc{gvisorDesc, nicDesc, linkDesc, qdiscDesc, backlog, lockCont, lockAcq, lockWait, latency, svcDesc, activeDesc, pollDesc, pollSpin, pollBudget} {
 		ch <- d
 	}
 }
@@ -92,6 +95,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			buckets[upper/1e9] = cum
 		}
 		ch <- prometheus.MustNewConstHistogram(latency, cum, sum/1e9, buckets, n.Name, n.Qdisc)
+	}
+	if p := st.BusyPoll; p.Mode != "off" {
+		for name, v := range map[string]uint64{
+			"waits": p.Waits, "polls": p.Polls, "polls_found": p.PollsFound, "hits": p.Hits, "runnable_exits": p.RunnableExits,
+			"budget_exhausted": p.BudgetExhausted, "parks": p.Parks, "probes": p.Probes, "watchdog_rearms": p.WatchdogRearms,
+		} {
+			counter(pollDesc, v, name)
+		}
+		ch <- prometheus.MustNewConstMetric(pollSpin, prometheus.CounterValue, p.SpinTime.Seconds())
+		ch <- prometheus.MustNewConstMetric(pollBudget, prometheus.GaugeValue, p.Budget.Seconds())
 	}
 	if s := c.svc; s != nil {
 		for name, v := range map[string]uint64{

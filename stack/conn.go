@@ -75,9 +75,9 @@ func fullAddress(ap netip.AddrPort) tcpip.FullAddress {
 	return fa
 }
 
-// DialTCP connects to addr. The returned net.Conn is a *gonet.TCPConn, so
-// CloseWrite and CloseRead are available by type assertion. Errors are
-// *net.OpError.
+// DialTCP connects to addr. The returned net.Conn has CloseWrite and
+// CloseRead methods (it is a *gonet.TCPConn unless busy polling is on).
+// Errors are *net.OpError.
 func (s *Stack) DialTCP(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
 	if !addr.IsValid() || addr.Addr().Unmap().IsUnspecified() || addr.Port() == 0 {
 		return nil, opError("dial", "tcp", addr, errors.New("need a specified address and a non-zero port"))
@@ -107,6 +107,9 @@ func (s *Stack) DialTCP(ctx context.Context, addr netip.AddrPort) (net.Conn, err
 		ep.Close()
 		return nil, opError("dial", "tcp", addr, netError(terr))
 	}
+	if s.poller.Enabled() {
+		return newPollTCPConn(&wq, ep, s.poller), nil
+	}
 	return gonet.NewTCPConn(&wq, ep), nil
 }
 
@@ -131,6 +134,9 @@ func (s *Stack) ListenTCP(addr netip.AddrPort) (net.Listener, error) {
 	if terr := ep.Listen(ListenBacklog); terr != nil {
 		ep.Close()
 		return nil, opError("listen", "tcp", addr, netError(terr))
+	}
+	if s.poller.Enabled() {
+		return newPollTCPListener(&wq, ep, s.poller), nil
 	}
 	return gonet.NewTCPListener(s.s, &wq, ep), nil
 }
@@ -181,9 +187,12 @@ func (s *Stack) udp(op string, laddr, raddr netip.AddrPort, proto tcpip.NetworkP
 			return nil, opError(op, "udp", raddr, netError(terr))
 		}
 	}
-	c := gonet.NewUDPConn(&wq, ep)
+	var c udpConn = gonet.NewUDPConn(&wq, ep)
 	if s.udpRecvErr {
-		return &recvErrConn{UDPConn: c, ep: ep}, nil
+		c = &recvErrConn{UDPConn: c.(*gonet.UDPConn), ep: ep}
+	}
+	if s.poller.Enabled() {
+		c = newPollUDPConn(c, ep, s.poller)
 	}
 	return c, nil
 }

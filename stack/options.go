@@ -6,6 +6,8 @@ import (
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+
+	"github.com/ustack-dev/ustack/poll"
 )
 
 // Options configures New. A nil *Options means the defaults.
@@ -22,6 +24,11 @@ type Options struct {
 	// the drop is counted either way (NICs.TxPacketsDroppedNoBufferSpace).
 	// With it on, ICMP errors also queue on the socket's error queue.
 	UDPRecvErr bool
+	// BusyPoll makes a reader whose conn has nothing to read poll the
+	// stack's links from its own goroutine for a while before it parks
+	// (package poll). The zero value, off, is the default: whether it pays
+	// depends on idle cores, see the README's busy polling results.
+	BusyPoll poll.Mode
 }
 
 // TCPOptions are the stack-wide TCP settings. gVisor's own defaults are

@@ -15,6 +15,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
+	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
 )
 
@@ -26,6 +27,7 @@ type Stack struct {
 	s *gstack.Stack
 
 	udpRecvErr bool
+	poller     *poll.Poller // busy polling; Mode off when disabled
 
 	mu     sync.Mutex // guards nics and closed
 	nics   []*nic
@@ -70,11 +72,15 @@ func New(opts *Options) (*Stack, error) {
 			}
 		}
 	}
+	var p *poll.Poller
+	if err == nil {
+		p, err = poll.New(o.BusyPoll)
+	}
 	if err != nil {
 		s.Destroy()
 		return nil, err
 	}
-	return &Stack{s: s, udpRecvErr: o.UDPRecvErr}, nil
+	return &Stack{s: s, udpRecvErr: o.UDPRecvErr, poller: p}, nil
 }
 
 // GVisor returns the underlying gVisor stack, for what this package does not
@@ -134,6 +140,9 @@ func (s *Stack) AddNIC(ep gstack.LinkEndpoint, opts *NICOptions) (tcpip.NICID, e
 		return 0, fmt.Errorf("add NIC %q: %s", o.Name, err)
 	}
 	s.nics = append(s.nics, &nic{id: id, name: o.Name, qdisc: o.Qdisc, ep: ep, qd: qd})
+	if src, ok := ep.(poll.Source); ok && s.poller.Enabled() {
+		s.poller.Add(src)
+	}
 	return id, nil
 }
 
@@ -229,6 +238,7 @@ func (s *Stack) Close() error {
 	// Destroy aborts endpoints, stops the protocols' goroutines, removes
 	// NICs (closing their qdiscs and endpoints) and waits for all of it.
 	s.s.Destroy()
+	s.poller.Close()
 	return nil
 }
 

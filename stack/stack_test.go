@@ -152,9 +152,13 @@ func TestTCPTransferEveryQdisc(t *testing.T) {
 	}
 }
 
-func TestNetTestConn(t *testing.T) {
+func TestNetTestConn(t *testing.T) { netTestConn(t, nil) }
+
+// netTestConn runs x/net's conformance suite on TCP conns between two
+// stacks built with opts.
+func netTestConn(t *testing.T, opts *stacktest.Options) {
 	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
-		p, err := stacktest.Build(nil)
+		p, err := stacktest.Build(opts)
 		if err != nil {
 			return nil, nil, nil, err
 		}

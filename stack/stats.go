@@ -8,6 +8,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 
 	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
 )
 
@@ -18,6 +19,9 @@ type Stats struct {
 	GVisor map[string]uint64
 	// NICs holds each NIC's counters, in the order the NICs were added.
 	NICs []NICStats
+	// BusyPoll holds what busy-polling readers did (all zero when
+	// Options.BusyPoll is off).
+	BusyPoll poll.Stats
 }
 
 // NICStats are one NIC's counters.
@@ -39,6 +43,10 @@ type NICStats struct {
 	GVisor map[string]uint64
 }
 
+// BusyPollStats returns the busy polling counters alone, cheaply (Stats
+// also walks every gVisor counter).
+func (s *Stack) BusyPollStats() poll.Stats { return s.poller.Stats() }
+
 // Counter returns the gVisor counter at path, or 0 if there is none.
 func (st Stats) Counter(path string) uint64 { return st.GVisor[path] }
 
@@ -55,7 +63,7 @@ func (st Stats) NIC(name string) (NICStats, bool) {
 // Stats returns a snapshot of the stack's counters. Counters are read one
 // by one while traffic flows, so a snapshot is not atomic across them.
 func (s *Stack) Stats() Stats {
-	st := Stats{GVisor: make(map[string]uint64, 512)}
+	st := Stats{GVisor: make(map[string]uint64, 512), BusyPoll: s.poller.Stats()}
 	gs := s.s.Stats()
 	flatten(reflect.ValueOf(&gs).Elem(), "", st.GVisor)
 

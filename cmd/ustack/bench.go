@@ -21,6 +21,7 @@ import (
 	"github.com/ustack-dev/ustack/link/afpacket"
 	"github.com/ustack-dev/ustack/link/mem"
 	"github.com/ustack-dev/ustack/link/tun"
+	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
 )
 
@@ -57,6 +58,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		asCSV    = fs.Bool("csv", false, "write results as CSV")
 		plotPath = fs.String("plot", "", "also draw rate against senders into this PNG file")
 		qlimit   = fs.Int("qdisc-limit", sched.DefaultLimit, "queue length of every qdisc, in packets")
+		busyPoll = fs.String("busypoll", "off", "ustack hosts' busy polling, comma-separated modes to compare: off, on:<us>, spin:<us> (ignores runnable goroutines; for comparison), adaptive[:<us>]")
 		contend  = fs.Bool("contention", false, "after the table, print each cell's qdisc counters, lock contention and WritePacket latency histogram (JSON always carries them)")
 	)
 	fs.Usage = func() {
@@ -90,6 +92,16 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		}
 		if p.Senders, err = parseInts(*senders); err != nil {
 			return p, err
+		}
+		for _, m := range splitList(*busyPoll) {
+			bp, err := poll.Parse(m)
+			if err != nil {
+				return p, usageError{fmt.Errorf("-busypoll: %w", err)}
+			}
+			p.BusyPolls = append(p.BusyPolls, bp)
+		}
+		if len(p.BusyPolls) == 0 {
+			return p, usageError{errors.New("-busypoll: give at least one mode (off, on:<us>, spin:<us>, adaptive)")}
 		}
 		if *count < 0 {
 			return p, usageError{fmt.Errorf("-count %d: must be 0 (automatic) or more", *count)}
@@ -158,6 +170,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		err = bench.WriteCSV(stdout, results)
 	default:
 		err = bench.WriteTable(stdout, results)
+		if err == nil {
+			err = bench.WriteBusyPoll(stdout, results)
+		}
 		if err == nil && *contend {
 			err = bench.WriteContention(stdout, results)
 		}

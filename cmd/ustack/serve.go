@@ -13,8 +13,10 @@ import (
 	"syscall"
 
 	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
 	"github.com/ustack-dev/ustack/serve"
+	"github.com/ustack-dev/ustack/stack"
 )
 
 func serveMain(args []string, stdout, stderr io.Writer) int {
@@ -33,6 +35,7 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 		queues   = fs.Int("queues", 1, "device queues (PACKET_FANOUT sockets or TUN queues), each with its own receive goroutine")
 		offload  = fs.Bool("offload", true, "virtio-net header: checksum offload and GSO with the kernel")
 		mtu      = fs.Uint("mtu", 0, "tun only: device MTU (0: the device's default)")
+		busyPoll = fs.String("busypoll", "off", "busy polling of readers: off, on:<us>, spin:<us> (ignores runnable goroutines; for comparison), adaptive[:<us>]")
 		impair   = fs.String("impair", "none", "fault injection, e.g. loss=5%,dup=1%,reorder=1%,corrupt=0.1%,delay=1ms,jitter=100us,seed=1")
 	)
 	fs.Usage = func() {
@@ -92,6 +95,10 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usage("-impair: %v", err)
 	}
+	bp, err := poll.Parse(*busyPoll)
+	if err != nil {
+		return usage("-busypoll: %v", err)
+	}
 	ep, err := serve.OpenLink(*linkSpec, serve.LinkOptions{Queues: *queues, NoOffload: !*offload, MTU: uint32(*mtu), PeerAddrs: peers, Impair: im})
 	if err != nil {
 		fmt.Fprintf(stderr, "ustack serve: %v\n", err)
@@ -106,6 +113,7 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 		Addrs:    prefixes,
 		Gateways: gateways,
 		Qdisc:    *qdisc,
+		Stack:    &stack.Options{BusyPoll: bp},
 		Ports:    serve.Ports{Echo: uint16(*echo), Discard: uint16(*discard), HTTP: uint16(*httpPort)},
 		Metrics:  *metrics,
 	}, stderr)

@@ -11,9 +11,11 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/poll"
 )
 
 var (
+	_ poll.Source        = (*Endpoint)(nil)
 	_ stack.LinkEndpoint = (*Endpoint)(nil)
 	_ stack.GSOEndpoint  = (*Endpoint)(nil)
 	_ link.Reporter      = (*Endpoint)(nil)
@@ -197,6 +199,42 @@ func (e *Endpoint) Attach(d stack.NetworkDispatcher) {
 	})
 }
 
+// BusyPollBegin implements poll.Source.
+func (e *Endpoint) BusyPollBegin() {
+	for _, q := range e.queues {
+		q.gate.Begin()
+	}
+}
+
+// BusyPollEnd implements poll.Source.
+func (e *Endpoint) BusyPollEnd() {
+	for _, q := range e.queues {
+		q.gate.End()
+	}
+}
+
+// BusyPollWatchdog implements poll.Source.
+func (e *Endpoint) BusyPollWatchdog() bool {
+	any := false
+	for _, q := range e.queues {
+		any = q.gate.Watchdog() || any
+	}
+	return any
+}
+
+// BusyPoll implements poll.Source: one non-blocking recvmmsg round on each
+// queue nobody else is receiving on, delivered from the caller's goroutine.
+func (e *Endpoint) BusyPoll() int {
+	if !e.IsAttached() || e.closing.Load() {
+		return 0
+	}
+	n := 0
+	for _, q := range e.queues {
+		n += q.busyPoll()
+	}
+	return n
+}
+
 // Close implements stack.LinkEndpoint. It runs the on-close action (which
 // removes the NIC from its stack), refuses further writes, closes the
 // sockets (which wakes every parked goroutine; frames still in them are
@@ -259,7 +297,7 @@ func (e *Endpoint) fail(err error) {
 func (e *Endpoint) LinkStats() link.Stats {
 	var s link.Stats
 	for _, q := range e.queues {
-		add(&s, q.counters.stats())
+		add(&s, q.stats())
 	}
 	s.TXCalls = e.txCalls.Load()
 	s.TXClosed = e.txClosed.Load()
@@ -271,9 +309,16 @@ func (e *Endpoint) LinkStats() link.Stats {
 func (e *Endpoint) QueueStats() []link.Stats {
 	out := make([]link.Stats, len(e.queues))
 	for i, q := range e.queues {
-		out[i] = q.counters.stats()
+		out[i] = q.stats()
 	}
 	return out
+}
+
+// stats returns the queue's counters.
+func (q *queue) stats() link.Stats {
+	s := q.counters.stats()
+	s.RXBusyPolled = q.gate.Polled()
+	return s
 }
 
 func add(s *link.Stats, q link.Stats) {
@@ -285,6 +330,7 @@ func add(s *link.Stats, q link.Stats) {
 	s.RXPackets += q.RXPackets
 	s.RXBytes += q.RXBytes
 	s.RXRounds += q.RXRounds
+	s.RXBusyPolled += q.RXBusyPolled
 	s.RXDetached += q.RXDetached
 	s.RXMalformed += q.RXMalformed
 	s.RXBadChecksum += q.RXBadChecksum

@@ -16,6 +16,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
 
@@ -45,6 +46,10 @@ type queue struct {
 	// want carries one pending request to the watcher: a write was refused
 	// because the socket was full.
 	want chan struct{}
+	// gate serialises receive rounds between the receive goroutine and
+	// busy-polling readers; whoever holds gate.Owner uses rxr.
+	gate link.PollGate
+	rxr  *rxRing
 	counters
 }
 
@@ -238,7 +243,7 @@ func newEndpoint(ifname string, ifindex int, mtu uint32, addr tcpip.LinkAddress,
 			}
 			return nil, fmt.Errorf("afpacket: socket %d on %q: %w", i, ifname, err)
 		}
-		e.queues = append(e.queues, &queue{e: e, idx: i, file: f, rc: rc, want: make(chan struct{}, 1)})
+		e.queues = append(e.queues, &queue{e: e, idx: i, file: f, rc: rc, want: make(chan struct{}, 1), rxr: newRXRing(o.RXBatch, !e.vnetHdr)})
 	}
 	for _, q := range e.queues {
 		e.wg.Add(1)
@@ -252,23 +257,58 @@ func (q *queue) close() { q.file.Close() }
 
 // rxLoop is a queue's receive goroutine: it reads up to a batch with one
 // recvmmsg, delivers it (one RX round, like a NAPI poll), and parks in the
-// netpoller when the socket is empty. It returns when the socket is
+// netpoller when the socket is empty. While busy-polling readers drive the
+// queue it stands aside (link.PollGate). It returns when the socket is
 // closed or the device is gone.
 func (q *queue) rxLoop() {
 	defer q.e.wg.Done()
-	r := newRXRing(q.e.opts.RXBatch, !q.e.vnetHdr)
+	r := q.rxr
 	var (
-		n     int
-		errno unix.Errno
+		n        int
+		errno    unix.Errno
+		deferred bool
 	)
+	// read returns true holding q.gate.Owner, unless it found the queue
+	// deferred to busy pollers.
 	read := func(fd uintptr) bool {
+		if q.gate.Deferring() {
+			deferred = true
+			return true
+		}
+		q.gate.Owner.Lock()
 		n, errno = r.recv(int(fd))
 		q.rxSyscalls.Add(1)
-		return errno != unix.EAGAIN
+		if errno == unix.EAGAIN {
+			q.gate.Owner.Unlock()
+			return false
+		}
+		q.gate.Received()
+		return true
 	}
 	down := false
 	for {
-		if err := q.rc.Read(read); err != nil {
+		if q.gate.Deferring() {
+			select {
+			case <-q.gate.Rearmed():
+			case <-q.e.stop:
+				return
+			}
+			continue
+		}
+		deferred = false
+		err := q.rc.Read(read)
+		if err == nil && deferred {
+			continue
+		}
+		if err == nil {
+			// The round is delivered before it is released: a busy
+			// poller meanwhile finds the queue taken.
+			if errno == 0 {
+				q.deliver(r, n)
+			}
+			q.gate.Owner.Unlock()
+		}
+		if err != nil {
 			if down && errors.Is(err, os.ErrDeadlineExceeded) {
 				if q.checkGone("recvmmsg", unix.ENETDOWN) {
 					return
@@ -286,9 +326,7 @@ func (q *queue) rxLoop() {
 			q.file.SetReadDeadline(time.Time{})
 		}
 		switch errno {
-		case 0:
-			q.deliver(r, n)
-		case unix.EINTR:
+		case 0, unix.EINTR:
 		case unix.ENETDOWN, unix.ENXIO, unix.ENODEV:
 			// Down or gone; the kernel says so once, then the socket is
 			// silent. Gone is final; down waits for the interface to come
@@ -305,6 +343,34 @@ func (q *queue) rxLoop() {
 			}
 		}
 	}
+}
+
+// busyPoll runs one non-blocking receive round for a busy-polling reader,
+// unless another goroutine is receiving, and returns the frames delivered.
+func (q *queue) busyPoll() int {
+	if !q.gate.Owner.TryLock() {
+		return 0
+	}
+	defer q.gate.Owner.Unlock()
+	var (
+		n     int
+		errno unix.Errno
+	)
+	if q.rc.Control(func(fd uintptr) { n, errno = q.rxr.recv(int(fd)) }) != nil {
+		return 0 // closed
+	}
+	q.rxSyscalls.Add(1)
+	switch errno {
+	case 0:
+		q.deliver(q.rxr, n)
+		q.gate.CountPolled()
+		return n
+	case unix.EAGAIN, unix.EINTR:
+	default:
+		// Down, gone or failing: the receive goroutine knows what to do.
+		q.gate.Force()
+	}
+	return 0
 }
 
 // checkGone reports whether the interface no longer exists, recording the

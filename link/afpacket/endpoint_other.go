@@ -7,11 +7,14 @@ import (
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/ustack-dev/ustack/link"
 )
 
 // queue has only its counters here: no Endpoint is ever made.
 type queue struct {
-	e *Endpoint
+	e    *Endpoint
+	gate link.PollGate
 	counters
 }
 
@@ -28,6 +31,8 @@ func New(ifname string, opts *Options) (*Endpoint, error) {
 }
 
 func (q *queue) rxLoop() { q.e.wg.Done() }
+
+func (*queue) busyPoll() int { return 0 }
 
 func (*queue) close() {}
 

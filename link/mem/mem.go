@@ -12,12 +12,14 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/poll"
 )
 
 var (
 	_ stack.LinkEndpoint = (*Endpoint)(nil)
 	_ stack.GSOEndpoint  = (*Endpoint)(nil)
 	_ link.Reporter      = (*Endpoint)(nil)
+	_ poll.Source        = (*Endpoint)(nil)
 )
 
 // Endpoint is one end of an in-memory NIC pair. It is safe for concurrent
@@ -35,14 +37,20 @@ type Endpoint struct {
 
 	link.Lifecycle
 
-	stop     chan struct{}
-	done     chan struct{}
-	receiver *receiver // owned by the receive goroutine until done is closed
+	stop chan struct{}
+	done chan struct{}
+	// rxOwner is held by whoever takes and delivers a round from rx: the
+	// receive goroutine or a busy-polling reader. One owner at a time
+	// keeps rounds in ring order; it guards receiver.
+	rxOwner    sync.Mutex
+	receiver   *receiver
+	pollClosed bool // guarded by rxOwner: Close has taken the receiver back
 
 	rxPackets, rxBytes, rxRounds         atomic.Uint64
 	rxDetached, rxMalformed, rxClosed    atomic.Uint64
 	lost, duplicated, reordered, corrupt atomic.Uint64
 	delayed                              atomic.Uint64
+	polledRounds                         atomic.Uint64
 }
 
 // ring is one direction of the pair: a bounded FIFO of packets written by
@@ -56,6 +64,10 @@ type ring struct {
 	closed bool // no more writes: the receiving endpoint is closed
 	parked bool // the receive goroutine sleeps until wake
 	wake   chan struct{}
+	// polling counts readers busy polling this ring: while it is above
+	// zero a write does not wake the parked receive goroutine, and the
+	// last reader to stop wakes it if packets wait (prefer-busy-poll).
+	polling int
 
 	// writable, if set, is called after the receiver frees room following
 	// a refused write (wantWritable), so a qdisc can resume.
@@ -171,6 +183,10 @@ func (e *Endpoint) Close() {
 	if started {
 		<-e.done
 	}
+	// From here no busy-polling reader touches the receiver either.
+	e.rxOwner.Lock()
+	e.pollClosed = true
+	e.rxOwner.Unlock()
 	e.tx.closeWrites()
 	released := e.rx.close()
 	released += e.receiver.releaseHeld()
@@ -260,7 +276,7 @@ func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 	if refused > 0 {
 		r.wantWritable = true
 	}
-	wake := r.parked && n > 0
+	wake := r.parked && n > 0 && r.polling == 0
 	if wake {
 		r.parked = false
 	}
@@ -301,6 +317,7 @@ func (e *Endpoint) LinkStats() link.Stats {
 	s.RXPackets = e.rxPackets.Load()
 	s.RXBytes = e.rxBytes.Load()
 	s.RXRounds = e.rxRounds.Load()
+	s.RXBusyPolled = e.polledRounds.Load()
 	s.RXDetached = e.rxDetached.Load()
 	s.RXMalformed = e.rxMalformed.Load()
 	s.RXClosed = e.rxClosed.Load()
@@ -318,6 +335,80 @@ func (e *Endpoint) Backlog() int {
 	e.rx.mu.Lock()
 	defer e.rx.mu.Unlock()
 	return e.rx.n
+}
+
+// BusyPollBegin implements poll.Source.
+func (e *Endpoint) BusyPollBegin() {
+	e.rx.mu.Lock()
+	e.rx.polling++
+	e.rx.mu.Unlock()
+}
+
+// BusyPollEnd implements poll.Source: the last reader to stop wakes the
+// receive goroutine if packets arrived that nobody took.
+func (e *Endpoint) BusyPollEnd() {
+	r := e.rx
+	r.mu.Lock()
+	r.polling--
+	wake := r.polling == 0 && r.rearmLocked()
+	r.mu.Unlock()
+	if wake {
+		r.kick()
+	}
+}
+
+// BusyPollWatchdog implements poll.Source.
+func (e *Endpoint) BusyPollWatchdog() bool {
+	r := e.rx
+	r.mu.Lock()
+	wake := r.polling > 0 && r.rearmLocked()
+	r.mu.Unlock()
+	if wake {
+		r.kick()
+	}
+	return wake
+}
+
+// rearmLocked marks the receive goroutine awake if it is parked with
+// packets waiting, and reports whether the caller must kick it.
+func (r *ring) rearmLocked() bool {
+	if !r.parked || r.n == 0 {
+		return false
+	}
+	r.parked = false
+	return true
+}
+
+func (r *ring) kick() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// BusyPoll implements poll.Source: it takes and delivers one round (up to
+// a batch) from the caller's goroutine, unless the receive goroutine or
+// another reader is delivering one, or the endpoint is not attached.
+func (e *Endpoint) BusyPoll() int {
+	if !e.IsAttached() || !e.rxOwner.TryLock() {
+		return 0
+	}
+	defer e.rxOwner.Unlock()
+	if e.pollClosed {
+		return 0
+	}
+	rc := e.receiver
+	k, _, writable := rc.take()
+	if writable != nil {
+		writable()
+	}
+	if k > 0 {
+		rc.deliverBatch(rc.batch[:k])
+		e.polledRounds.Add(1)
+	} else if rc.held != nil {
+		rc.flushHeld(rc.dispatcher())
+	}
+	return k
 }
 
 var epoch = time.Now()
@@ -357,20 +448,24 @@ func (rc *receiver) loop() {
 	defer close(rc.e.done)
 	delayed := rc.r.stamps != nil
 	for {
+		rc.e.rxOwner.Lock()
 		k, wait, writable := rc.take()
 		if writable != nil {
 			writable()
 		}
 		if k > 0 {
 			rc.deliverBatch(rc.batch[:k])
+			rc.e.rxOwner.Unlock()
 			continue
 		}
 		// Nothing to deliver now: release a packet held for reordering
 		// rather than keep it indefinitely, then sleep.
 		if rc.held != nil {
 			rc.flushHeld(rc.dispatcher())
+			rc.e.rxOwner.Unlock()
 			continue
 		}
+		rc.e.rxOwner.Unlock()
 		var timeout <-chan time.Time
 		if delayed && wait > 0 {
 			if rc.timer == nil {

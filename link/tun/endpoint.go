@@ -11,12 +11,14 @@ import (
 
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/vnet"
+	"github.com/ustack-dev/ustack/poll"
 )
 
 var (
 	_ stack.LinkEndpoint = (*Endpoint)(nil)
 	_ stack.GSOEndpoint  = (*Endpoint)(nil)
 	_ link.Reporter      = (*Endpoint)(nil)
+	_ poll.Source        = (*Endpoint)(nil)
 )
 
 // maxPacketSize is the largest IP packet the kernel can hand over: an IPv6
@@ -59,9 +61,11 @@ type queue struct {
 	idx int
 	dev *device // the descriptor; OS-specific
 
-	// Receive state, owned by the queue's receive goroutine.
-	buf []byte // landing buffer of rxBufSize, reused for every read
-	uso []byte // datagram buffer for splitting USO, made on first use
+	// Receive state, owned by whoever holds gate.Owner: the queue's
+	// receive goroutine or a busy-polling reader.
+	gate link.PollGate
+	buf  []byte // landing buffer of rxBufSize, reused for every read
+	uso  []byte // datagram buffer for splitting USO, made on first use
 
 	// wantWritable is set when a write was refused for lack of room; the
 	// watcher clears it when it signals. kick wakes the watcher.
@@ -426,12 +430,49 @@ func (q *queue) stats() link.Stats {
 		RXPackets:     q.rxPackets.Load(),
 		RXBytes:       q.rxBytes.Load(),
 		RXRounds:      q.rxRounds.Load(),
+		RXBusyPolled:  q.gate.Polled(),
 		RXSyscalls:    q.rxSyscalls.Load(),
 		RXErrors:      q.rxErrors.Load(),
 		RXBadChecksum: q.rxBadChecksum.Load(),
 		RXDetached:    q.rxDetached.Load(),
 		RXMalformed:   q.rxMalformed.Load(),
 	}
+}
+
+// BusyPollBegin implements poll.Source.
+func (e *Endpoint) BusyPollBegin() {
+	for _, q := range e.queues {
+		q.gate.Begin()
+	}
+}
+
+// BusyPollEnd implements poll.Source.
+func (e *Endpoint) BusyPollEnd() {
+	for _, q := range e.queues {
+		q.gate.End()
+	}
+}
+
+// BusyPollWatchdog implements poll.Source.
+func (e *Endpoint) BusyPollWatchdog() bool {
+	any := false
+	for _, q := range e.queues {
+		any = q.gate.Watchdog() || any
+	}
+	return any
+}
+
+// BusyPoll implements poll.Source: one non-blocking round of reads on each
+// queue nobody else is receiving on, delivered from the caller's goroutine.
+func (e *Endpoint) BusyPoll() int {
+	if !e.IsAttached() {
+		return 0
+	}
+	n := 0
+	for _, q := range e.queues {
+		n += q.busyPoll()
+	}
+	return n
 }
 
 func add(s *link.Stats, q link.Stats) {
@@ -444,6 +485,7 @@ func add(s *link.Stats, q link.Stats) {
 	s.RXPackets += q.RXPackets
 	s.RXBytes += q.RXBytes
 	s.RXRounds += q.RXRounds
+	s.RXBusyPolled += q.RXBusyPolled
 	s.RXSyscalls += q.RXSyscalls
 	s.RXErrors += q.RXErrors
 	s.RXBadChecksum += q.RXBadChecksum

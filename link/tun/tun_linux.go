@@ -317,6 +317,16 @@ func (q *queue) rxLoop() {
 	defer q.e.wg.Done()
 	read := q.readRound // bound once: rc.Read then allocates nothing
 	for {
+		// While busy-polling readers drive the queue, stand aside until
+		// the last one stops or the watchdog calls (link.PollGate).
+		if q.gate.Deferring() {
+			select {
+			case <-q.gate.Rearmed():
+			case <-q.e.stop:
+				return
+			}
+			continue
+		}
 		if err := q.dev.rc.Read(read); err != nil {
 			return // closed
 		}
@@ -330,40 +340,80 @@ func (q *queue) rxLoop() {
 // readRound runs in rc.Read with the queue's descriptor. It reads and
 // delivers up to a batch of packets. It returns false, to park until the
 // descriptor is readable, when the queue is empty; true after a full batch,
-// so that rxLoop goes round again (where Close can stop it), or after a
-// failure, recorded in the device's rxErr.
+// so that rxLoop goes round again (where Close can stop it), after a
+// failure, recorded in the device's rxErr, or at once when busy-polling
+// readers have the queue.
 func (q *queue) readRound(fd uintptr) bool {
-	n := 0
+	if q.gate.Deferring() {
+		return true
+	}
+	q.gate.Owner.Lock()
+	defer q.gate.Owner.Unlock()
+	q.gate.Received()
+	n, again, err := q.roundLocked(fd)
+	if err != nil {
+		q.dev.rxErr = err
+		return true
+	}
+	if n > 0 {
+		q.rxRounds.Add(1)
+	}
+	return again
+}
+
+// roundLocked reads and delivers up to a batch of packets, holding
+// q.gate.Owner. again is false when the queue ran empty; err is a failure
+// that ends the queue.
+func (q *queue) roundLocked(fd uintptr) (n int, again bool, err error) {
 	for n < q.e.opts.RXBatch {
-		m, err := unix.Read(int(fd), q.buf)
+		m, rerr := unix.Read(int(fd), q.buf)
 		q.rxSyscalls.Add(1)
 		switch {
-		case err == nil && m == 0:
+		case rerr == nil && m == 0:
 			// End of file. A TUN device never hands over an empty
 			// packet; anything else that reads 0 is finished, and would
 			// poll readable forever.
-			q.dev.rxErr = errEOF
-			return true
-		case err == nil:
+			return n, true, errEOF
+		case rerr == nil:
 			q.receive(q.buf[:m])
 			n++
-		case errors.Is(err, unix.EAGAIN):
-			if n > 0 {
-				q.rxRounds.Add(1)
-			}
-			return false
-		case errors.Is(err, unix.EINTR):
+		case errors.Is(rerr, unix.EAGAIN):
+			return n, false, nil
+		case errors.Is(rerr, unix.EINTR):
 		default:
 			// EBADFD once the device is deleted (EIO and ENXIO on older
 			// kernels): every further read would fail the same way, and
 			// the poller would report the descriptor ready forever.
 			q.rxErrors.Add(1)
-			q.dev.rxErr = os.NewSyscallError("read", err)
-			return true
+			return n, true, os.NewSyscallError("read", rerr)
 		}
 	}
-	q.rxRounds.Add(1)
-	return true
+	return n, true, nil
+}
+
+// busyPoll runs one non-blocking receive round for a busy-polling reader,
+// unless another goroutine is receiving, and returns the packets read. A
+// failure is left to the receive goroutine, which it wakes.
+func (q *queue) busyPoll() int {
+	if !q.gate.Owner.TryLock() {
+		return 0
+	}
+	defer q.gate.Owner.Unlock()
+	var (
+		n   int
+		err error
+	)
+	if q.dev.rc.Control(func(fd uintptr) { n, _, err = q.roundLocked(fd) }) != nil {
+		return 0 // closed
+	}
+	if n > 0 {
+		q.rxRounds.Add(1)
+		q.gate.CountPolled()
+	}
+	if err != nil {
+		q.gate.Force()
+	}
+	return n
 }
 
 // watchLoop is a queue's watcher goroutine: woken after a refused write,

@@ -25,5 +25,6 @@ func (q *queue) write(vnet.Header, *stack.PacketBuffer) (txOutcome, tcpip.Error)
 	return txClosed, nil
 }
 
-func (q *queue) rxLoop()    { q.e.wg.Done() }
-func (q *queue) watchLoop() { q.e.wg.Done() }
+func (q *queue) rxLoop()     { q.e.wg.Done() }
+func (*queue) busyPoll() int { return 0 }
+func (q *queue) watchLoop()  { q.e.wg.Done() }
