@@ -20,9 +20,10 @@ const (
 	// exists to show, side by side with On, what the runnable check
 	// prevents; it is not meant for production.
 	Spin
-	// Adaptive is On with a budget that follows the hit rate: it grows
-	// while polling finds data and shrinks to zero while it does not,
-	// within MinAdaptiveBudget..Mode.Budget.
+	// Adaptive is On with a budget that follows the hit rate: it starts
+	// at Mode.Budget, stays up while polling finds data and shrinks to
+	// zero while it does not; at zero, one wait in 64 probes with the
+	// whole Mode.Budget.
 	Adaptive
 )
 
@@ -36,8 +37,8 @@ const (
 	// MaxBudget bounds any budget: past a millisecond a reader is better
 	// parked and woken.
 	MaxBudget = time.Millisecond
-	// MinAdaptiveBudget is where adaptive starts and the least it spins
-	// before it gives up to zero: about two receive rounds.
+	// MinAdaptiveBudget is the least adaptive spins before it gives up
+	// to zero: about two receive rounds.
 	MinAdaptiveBudget = 5 * time.Microsecond
 )
 

@@ -191,7 +191,7 @@ func TestAdaptiveIdle(t *testing.T) {
 	defer p.Close()
 	src := &fakeSource{}
 	p.Add(src)
-	require.Equal(t, MinAdaptiveBudget, p.Stats().Budget)
+	require.Equal(t, DefaultBudget, p.Stats().Budget, "adaptive starts at its ceiling")
 	for range 20 {
 		p.Wait(func() bool { return false })
 	}

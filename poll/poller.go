@@ -103,7 +103,7 @@ func New(m Mode) (*Poller, error) {
 	p := &Poller{mode: m}
 	p.sources.Store(&[]Source{})
 	if m.Kind == Adaptive {
-		p.budget.Store(int64(MinAdaptiveBudget))
+		p.budget.Store(int64(m.Budget))
 	}
 	p.watchdog = time.AfterFunc(time.Hour, p.watchdogFired)
 	p.watchdog.Stop()
@@ -222,7 +222,15 @@ func (p *Poller) Wait(ready func() bool) bool {
 			how = yielded
 			break
 		}
-		if len(srcs) == 0 {
+		switch {
+		case p.mode.Kind == Spin:
+		case n > 0:
+			// The round readied the goroutines that finish its work
+			// (gVisor hands every TCP segment to a processor
+			// goroutine), in this P's next slot: hand them the P and
+			// come back, cheaper than parking and being woken.
+			runtime.Gosched()
+		case len(srcs) == 0:
 			// Nothing to drive: the data can only come from another
 			// goroutine, so let it run rather than spin on the socket.
 			runtime.Gosched()
@@ -261,17 +269,17 @@ func (p *Poller) budgetNow() int64 {
 		return 0
 	}
 	p.probes.Add(1)
-	return int64(MinAdaptiveBudget)
+	return int64(p.mode.Budget)
 }
 
 // adapt moves adaptive's budget after a wait that spent spent ns, so
-// that it follows the hit rate: a hit grows it by half and to at least
-// twice what the hit took (the next wait, probably alike, then fits); a
-// spent budget halves it; a wait cut short by runnable goroutines without
-// data shrinks it by a quarter, since on a machine that always has other
-// work spinning cannot pay. Below MinAdaptiveBudget it is zero, and only
-// probes spin. Concurrent waits race on the store; either result is a
-// reasonable budget.
+// that it follows the hit rate: a hit raises it to at least twice what
+// the hit took (the next wait, probably alike, then fits); a spent budget
+// halves it; a wait cut short by runnable goroutines without data shrinks
+// it by a quarter, since on a machine that always has other work spinning
+// cannot pay. Below MinAdaptiveBudget it is zero, and only probes, with
+// the whole ceiling, spin. Concurrent waits race on the store; either
+// result is a reasonable budget.
 func (p *Poller) adapt(how outcome, spent int64) {
 	if p.mode.Kind != Adaptive {
 		return
@@ -279,7 +287,7 @@ func (p *Poller) adapt(how outcome, spent int64) {
 	b := p.budget.Load()
 	switch how {
 	case hit:
-		b = min(max(b+b/2, 2*spent, int64(MinAdaptiveBudget)), int64(p.mode.Budget))
+		b = min(max(b, 2*spent, int64(MinAdaptiveBudget)), int64(p.mode.Budget))
 	case exhausted:
 		b /= 2
 	case yielded:

@@ -50,6 +50,11 @@ type queue struct {
 	// busy-polling readers; whoever holds gate.Owner uses rxr.
 	gate link.PollGate
 	rxr  *rxRing
+	// pollRecv is busyPoll's receive, bound once so that a round
+	// allocates nothing; it leaves its result in pollN and pollErrno.
+	pollRecv  func(fd uintptr)
+	pollN     int
+	pollErrno unix.Errno
 	counters
 }
 
@@ -352,13 +357,13 @@ func (q *queue) busyPoll() int {
 		return 0
 	}
 	defer q.gate.Owner.Unlock()
-	var (
-		n     int
-		errno unix.Errno
-	)
-	if q.rc.Control(func(fd uintptr) { n, errno = q.rxr.recv(int(fd)) }) != nil {
+	if q.pollRecv == nil {
+		q.pollRecv = func(fd uintptr) { q.pollN, q.pollErrno = q.rxr.recv(int(fd)) }
+	}
+	if q.rc.Control(q.pollRecv) != nil {
 		return 0 // closed
 	}
+	n, errno := q.pollN, q.pollErrno
 	q.rxSyscalls.Add(1)
 	switch errno {
 	case 0:

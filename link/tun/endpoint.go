@@ -65,7 +65,12 @@ type queue struct {
 	// receive goroutine or a busy-polling reader.
 	gate link.PollGate
 	buf  []byte // landing buffer of rxBufSize, reused for every read
-	uso  []byte // datagram buffer for splitting USO, made on first use
+	// pollRound is busyPoll's round, bound once so that a round
+	// allocates nothing; it leaves its result in pollN and pollErr.
+	pollRound func(fd uintptr)
+	pollN     int
+	pollErr   error
+	uso       []byte // datagram buffer for splitting USO, made on first use
 
 	// wantWritable is set when a write was refused for lack of room; the
 	// watcher clears it when it signals. kick wakes the watcher.

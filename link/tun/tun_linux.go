@@ -399,13 +399,13 @@ func (q *queue) busyPoll() int {
 		return 0
 	}
 	defer q.gate.Owner.Unlock()
-	var (
-		n   int
-		err error
-	)
-	if q.dev.rc.Control(func(fd uintptr) { n, _, err = q.roundLocked(fd) }) != nil {
+	if q.pollRound == nil {
+		q.pollRound = func(fd uintptr) { q.pollN, _, q.pollErr = q.roundLocked(fd) }
+	}
+	if q.dev.rc.Control(q.pollRound) != nil {
 		return 0 // closed
 	}
+	n, err := q.pollN, q.pollErr
 	if n > 0 {
 		q.rxRounds.Add(1)
 		q.gate.CountPolled()
