@@ -120,3 +120,42 @@ func TestBenchTableAndCSV(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	require.True(t, strings.HasPrefix(out, "test,link,qdisc,senders"))
 }
+
+func TestBenchBusyPoll(t *testing.T) {
+	code, out, errs := runCmd("bench", "-json", "-test", "udp_rr", "-qdisc", "none", "-senders", "1", "-busypoll", "off,adaptive",
+		"-duration", "50ms", "-count", "1")
+	require.Equal(t, 0, code, errs)
+	var doc struct {
+		Results []struct {
+			BusyPoll      string `json:"busypoll"`
+			BusyPollStats *struct {
+				Client *struct {
+					Mode  string `json:"mode"`
+					Waits uint64 `json:"waits"`
+				} `json:"client"`
+			} `json:"busypoll_stats"`
+		} `json:"results"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &doc))
+	require.Len(t, doc.Results, 2)
+	require.Equal(t, "off", doc.Results[0].BusyPoll)
+	require.Nil(t, doc.Results[0].BusyPollStats, "off keeps no busy polling counters")
+	require.Equal(t, "adaptive", doc.Results[1].BusyPoll)
+	require.NotNil(t, doc.Results[1].BusyPollStats)
+	require.Equal(t, "adaptive", doc.Results[1].BusyPollStats.Client.Mode)
+	require.Positive(t, doc.Results[1].BusyPollStats.Client.Waits)
+
+	code, out, _ = runCmd("bench", "-test", "udp_rr", "-qdisc", "none", "-senders", "1", "-busypoll", "on:20", "-duration", "20ms", "-count", "1")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "busypoll")
+	require.Contains(t, out, "runnable_exits")
+
+	for _, bad := range []string{"fast", "on:0", "spin:x", ""} {
+		code, _, errs = runCmd("bench", "-busypoll", bad)
+		require.Equal(t, 2, code, bad)
+		require.Contains(t, errs, "-busypoll", bad)
+	}
+	code, _, errs = runCmd("serve", "-link", "tun:x", "-addr", "198.18.0.2/24", "-busypoll", "sometimes")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "valid modes are off")
+}
