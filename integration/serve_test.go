@@ -42,6 +42,7 @@ var (
 type srvNet struct {
 	k    *netns.NS
 	host *serve.Host
+	link link.Reporter // the served host's endpoint
 }
 
 // newSrvNet starts a served host on the named device kind ("veth" or
@@ -92,7 +93,8 @@ func newSrvNet(tb testing.TB, kind, qdisc string, im link.Impairments, st *stack
 	})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { h.Close() })
-	n := &srvNet{k: k, host: h}
+	rep, _ := ep.(link.Reporter)
+	n := &srvNet{k: k, host: h, link: rep}
 	// Wait until ustack answers the kernel (neighbour resolution done).
 	for _, dst := range []netip.Addr{srvKernel4.Addr(), srvKernel6.Addr()} {
 		deadline := time.Now().Add(10 * time.Second)

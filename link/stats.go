@@ -37,7 +37,8 @@ type Stats struct {
 	// attached when they arrived.
 	RXDetached uint64
 	// RXMalformed counts accepted packets dropped because they were not
-	// IPv4 or IPv6.
+	// IPv4 or IPv6, or, where the endpoint checks checksums itself, were
+	// too malformed to check (cut short, lengths that disagree).
 	RXMalformed uint64
 	// RXClosed counts accepted packets still queued when the endpoint was
 	// closed, and released without delivery.

@@ -88,8 +88,11 @@ func parseRX(b []byte, vnetHdr, partialCsum bool) (frame []byte, proto tcpip.Net
 	case vnetHdr:
 		// The endpoint claims RX checksum offload, so gVisor checks
 		// nothing: what the kernel did not vouch for is checked here.
-		if vnet.Inspect(h, ip) == vnet.Bad {
+		switch vnet.Inspect(h, ip) {
+		case vnet.Bad:
 			return nil, 0, rxBadChecksum
+		case vnet.Malformed:
+			return nil, 0, rxMalformed
 		}
 	case partialCsum:
 		if !completePartial(ip) {

@@ -28,7 +28,8 @@
 //   - Checksums: the endpoint claims RX checksum offload and does the
 //     checking itself: packets the kernel vouches for (DATA_VALID, or a
 //     partial checksum it generated) are delivered; the rest are verified
-//     with vnet.Inspect and dropped if wrong (RXBadChecksum). It does not
+//     with vnet.Inspect and dropped if wrong (RXBadChecksum) or too
+//     malformed to check (RXMalformed). It does not
 //     claim TX checksum offload: gVisor computes the checksums of every
 //     packet that is not a super-segment.
 //

@@ -338,8 +338,12 @@ func (q *queue) receive(b []byte) {
 		q.rxErrors.Add(1)
 		return
 	}
-	if vnet.Inspect(h, ip) == vnet.Bad {
+	switch vnet.Inspect(h, ip) {
+	case vnet.Bad:
 		q.rxBadChecksum.Add(1)
+		return
+	case vnet.Malformed:
+		q.rxMalformed.Add(1)
 		return
 	}
 	switch h.GSOType &^ vnet.GSOECN {

@@ -19,8 +19,12 @@ const (
 	// Verified: no kernel verdict; ustack checked the IP and transport
 	// checksums and they are right.
 	Verified
-	// Bad: a checksum is wrong, or the packet is too malformed to check.
+	// Bad: a checksum is wrong.
 	Bad
+	// Malformed: the packet is too short for its headers, or its length
+	// fields disagree with its size, or it is neither IPv4 nor IPv6, so
+	// there is nothing to check.
+	Malformed
 )
 
 // Inspect decides whether the IP packet ip (network header first), which
@@ -34,17 +38,17 @@ func Inspect(h Header, ip []byte) Verdict {
 	if h.Flags&(FlagNeedsCsum|FlagDataValid) != 0 {
 		return Trusted
 	}
-	if VerifyIP(ip) {
-		return Verified
-	}
-	return Bad
+	return CheckIP(ip)
 }
 
-// VerifyIP checks the checksums of an IPv4 or IPv6 packet as described for
-// Inspect.
-func VerifyIP(ip []byte) bool {
+// VerifyIP reports whether CheckIP finds the packet's checksums right.
+func VerifyIP(ip []byte) bool { return CheckIP(ip) == Verified }
+
+// CheckIP checks the checksums of an IPv4 or IPv6 packet as described for
+// Inspect: Verified, Bad (a checksum is wrong) or Malformed.
+func CheckIP(ip []byte) Verdict {
 	if len(ip) == 0 {
-		return false
+		return Malformed
 	}
 	var (
 		proto    uint8
@@ -54,57 +58,63 @@ func VerifyIP(ip []byte) bool {
 	switch header.IPVersion(ip) {
 	case header.IPv4Version:
 		h := header.IPv4(ip)
-		if !h.IsValid(len(ip)) || !h.IsChecksumValid() {
-			return false
+		if !h.IsValid(len(ip)) {
+			return Malformed
+		}
+		if !h.IsChecksumValid() {
+			return Bad
 		}
 		if h.More() || h.FragmentOffset() != 0 {
-			return true
+			return Verified
 		}
 		proto, src, dst = h.Protocol(), h.SourceAddress(), h.DestinationAddress()
 		payload = ip[h.HeaderLength():h.TotalLength()]
 	case header.IPv6Version:
 		if len(ip) < header.IPv6MinimumSize {
-			return false
+			return Malformed
 		}
 		h := header.IPv6(ip)
 		end := header.IPv6MinimumSize + int(h.PayloadLength())
 		if end > len(ip) {
-			return false
+			return Malformed
 		}
 		// Only the common case, no extension headers, is checked here;
 		// others (fragments among them) are left to gVisor's parser.
 		proto, src, dst = h.NextHeader(), h.SourceAddress(), h.DestinationAddress()
 		payload = ip[header.IPv6MinimumSize:end]
 	default:
-		return false
+		return Malformed
 	}
 	var pseudo bool
 	switch tcpip.TransportProtocolNumber(proto) {
 	case header.TCPProtocolNumber:
 		if len(payload) < header.TCPMinimumSize {
-			return false
+			return Malformed
 		}
 		pseudo = true
 	case header.UDPProtocolNumber:
 		if len(payload) < header.UDPMinimumSize {
-			return false
+			return Malformed
 		}
 		if header.UDP(payload).Checksum() == 0 && header.IPVersion(ip) == header.IPv4Version {
-			return true // no checksum: allowed on IPv4 (RFC 768)
+			return Verified // no checksum: allowed on IPv4 (RFC 768)
 		}
 		pseudo = true
 	case header.ICMPv4ProtocolNumber:
-		return checksum.Checksum(payload, 0) == 0xffff
+		pseudo = false
 	case header.ICMPv6ProtocolNumber:
 		pseudo = true
 	default:
-		return true // not ours to check; gVisor handles or rejects it
+		return Verified // not ours to check; gVisor handles or rejects it
 	}
 	sum := uint16(0)
 	if pseudo {
 		sum = header.PseudoHeaderChecksum(tcpip.TransportProtocolNumber(proto), src, dst, uint16(len(payload)))
 	}
-	return checksum.Checksum(payload, sum) == 0xffff
+	if checksum.Checksum(payload, sum) != 0xffff {
+		return Bad
+	}
+	return Verified
 }
 
 // Complete finishes a partial checksum in place, as a device does for

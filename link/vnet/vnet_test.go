@@ -95,8 +95,24 @@ func TestVerifyIP(t *testing.T) {
 	hdr := bytes.Clone(good4)
 	hdr[8]-- // TTL: the IPv4 header checksum no longer matches
 	require.False(t, VerifyIP(hdr))
-	require.False(t, VerifyIP(nil))
-	require.False(t, VerifyIP([]byte{0x45, 0, 0}))
+	require.Equal(t, Bad, CheckIP(hdr))
+	for name, p := range map[string][]byte{
+		"empty":      nil,
+		"short IPv4": {0x45, 0, 0},
+		"cut IPv4":   good4[:len(good4)-1],
+		"cut TCP header": func() []byte {
+			p := header.IPv4(bytes.Clone(good4[:30]))
+			p.SetTotalLength(30)
+			p.SetChecksum(0)
+			p.SetChecksum(^p.CalculateChecksum())
+			return p
+		}(),
+		"IPv6 past the end": good6[:len(good6)-1],
+		"version 5":         append([]byte{0x50}, good4[1:]...),
+	} {
+		require.Equal(t, Malformed, CheckIP(p), name)
+		require.False(t, VerifyIP(p), name)
+	}
 }
 
 func TestCompleteMatchesFullChecksum(t *testing.T) {
