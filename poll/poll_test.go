@@ -257,10 +257,15 @@ func TestClose(t *testing.T) {
 	require.NoError(t, err)
 	src := &fakeSource{}
 	p.Add(src)
+	require.True(t, p.Enabled())
 	p.Close()
 	p.Close()
-	require.False(t, p.Wait(func() bool { return false }) && false)
+	require.False(t, p.Enabled())
+	calls := 0
+	require.False(t, p.Wait(func() bool { calls++; return false }), "a closed poller lets the reader park")
+	require.Zero(t, calls, "and does not spin")
 	require.Zero(t, src.begins, "a closed poller touches no source")
+	require.Zero(t, p.Stats().Waits)
 }
 
 // TestConcurrentWaits: many readers at once keep Begin and End paired.
@@ -329,3 +334,24 @@ func BenchmarkWaitAdaptiveZero(b *testing.B) {
 }
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
+
+// FuzzParse: no input panics Parse, whatever it accepts passes Check, and
+// String reads back as the same mode.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"off", "on", "on:50", "spin:1000", "adaptive", "adaptive:5", "on:1001", "on:-1", "x:1", ":", "on:0050"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := Parse(s)
+		if err != nil {
+			return
+		}
+		if err := m.Check(); err != nil {
+			t.Fatalf("Parse(%q) accepted %+v: %v", s, m, err)
+		}
+		back, err := Parse(m.String())
+		if err != nil || back != m {
+			t.Fatalf("Parse(%q) = %+v, whose String %q reads back as %+v, %v", s, m, m.String(), back, err)
+		}
+	})
+}

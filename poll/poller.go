@@ -76,8 +76,8 @@ type Poller struct {
 	// will be done by then does not touch the timer.
 	watchdogAt atomic.Int64
 
-	mu     sync.Mutex // guards closed and serialises source changes and the watchdog
-	closed bool
+	mu     sync.Mutex // serialises source changes, Close and the watchdog
+	closed atomic.Bool
 
 	waits, polls, pollsFound, hits    atomic.Uint64
 	runnableExits, exhausted, parks   atomic.Uint64
@@ -113,8 +113,9 @@ func New(m Mode) (*Poller, error) {
 // Mode returns the mode the Poller was made with.
 func (p *Poller) Mode() Mode { return p.mode }
 
-// Enabled reports whether readers should call Wait at all.
-func (p *Poller) Enabled() bool { return p != nil && p.mode.Kind != Off }
+// Enabled reports whether readers should call Wait at all: the mode is
+// not Off and the Poller is not closed.
+func (p *Poller) Enabled() bool { return p != nil && p.mode.Kind != Off && !p.closed.Load() }
 
 // Add makes readers poll s too.
 func (p *Poller) Add(s Source) {
@@ -142,17 +143,17 @@ func (p *Poller) Remove(s Source) {
 // Close stops the watchdog and drops the sources; later waits park at once.
 // It waits for a watchdog run in progress.
 func (p *Poller) Close() {
-	p.watchdog.Stop()
 	p.mu.Lock()
-	p.closed = true
+	p.closed.Store(true)
 	p.sources.Store(&[]Source{})
 	p.mu.Unlock()
+	p.watchdog.Stop()
 }
 
 func (p *Poller) watchdogFired() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed.Load() {
 		return
 	}
 	for _, s := range *p.sources.Load() {

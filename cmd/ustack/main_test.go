@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ustack-dev/ustack/bench"
 	"github.com/ustack-dev/ustack/internal/leakcheck"
 	"github.com/ustack-dev/ustack/sched"
 )
@@ -158,4 +159,43 @@ func TestBenchBusyPoll(t *testing.T) {
 	code, _, errs = runCmd("serve", "-link", "tun:x", "-addr", "198.18.0.2/24", "-busypoll", "sometimes")
 	require.Equal(t, 2, code)
 	require.Contains(t, errs, "valid modes are off")
+}
+
+// FuzzFlagLists: the command's list parsers never panic, and what they
+// accept is what the input named: valid prefixes, counts in range, known
+// names, without duplicates.
+func FuzzFlagLists(f *testing.F) {
+	for _, s := range []string{"198.18.0.2/24,fd00::2/64", "1,64", "all", "none,llist", "", ",", " 1 , 2 ", "10.0.0.1/33", "0,1", "-5", "busylock,busylock"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if ps, err := parsePrefixes(s); err == nil {
+			for _, p := range ps {
+				if !p.IsValid() || !strings.Contains(s, p.Addr().String()[:1]) {
+					t.Fatalf("parsePrefixes(%q) gave %v", s, p)
+				}
+			}
+		}
+		if ns, err := parseInts(s); err == nil {
+			if len(ns) == 0 {
+				t.Fatalf("parseInts(%q) accepted no count", s)
+			}
+			seen := map[int]bool{}
+			for _, n := range ns {
+				if n < 1 || n > bench.MaxSessions || seen[n] {
+					t.Fatalf("parseInts(%q) gave %v", s, ns)
+				}
+				seen[n] = true
+			}
+		}
+		if names, err := parseList(s, sched.Names(), "qdisc"); err == nil {
+			seen := map[string]bool{}
+			for _, n := range names {
+				if !sched.Known(n) || seen[n] {
+					t.Fatalf("parseList(%q) gave %v", s, names)
+				}
+				seen[n] = true
+			}
+		}
+	})
 }

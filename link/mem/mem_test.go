@@ -439,3 +439,24 @@ func TestTXCostIsCharged(t *testing.T) {
 	write(a, 0, 1)
 	require.GreaterOrEqual(t, time.Since(start), 2*time.Millisecond)
 }
+
+// FuzzParseTXCost: no input panics the parser, and what it accepts is
+// never negative and reads back the same from its String.
+func FuzzParseTXCost(f *testing.F) {
+	for _, s := range []string{"0,0", "2us,100ns", "1ms", "-1us,0", "1us,", ",", "1h,1h", "5us, 10ns"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := ParseTXCost(s)
+		if err != nil {
+			return
+		}
+		if c.Call < 0 || c.Packet < 0 {
+			t.Fatalf("ParseTXCost(%q) accepted a negative cost %+v", s, c)
+		}
+		back, err := ParseTXCost(c.String())
+		if err != nil || back != c {
+			t.Fatalf("ParseTXCost(%q) = %+v, whose String %q reads back as %+v, %v", s, c, c.String(), back, err)
+		}
+	})
+}

@@ -442,3 +442,53 @@ func FuzzTunReceive(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSplitUSO: no header or packet panics the split; when it succeeds,
+// it was counted first, every datagram holds at most GSOSize bytes of
+// payload with right lengths and checksums, and together they carry the
+// super-packet's payload in order.
+func FuzzSplitUSO(f *testing.F) {
+	for _, v6 := range []bool{false, true} {
+		for _, size := range []int{1, 1000, 2500} {
+			ip, h := udpSuper(v6, make([]byte, size))
+			f.Add(ip, h.Flags, h.GSOSize, h.CsumStart, h.CsumOffset)
+		}
+	}
+	f.Fuzz(func(t *testing.T, ip []byte, flags uint8, gsoSize, csumStart, csumOffset uint16) {
+		h := vnet.Header{Flags: flags, GSOType: vnet.GSOUDPL4, GSOSize: gsoSize, CsumStart: csumStart, CsumOffset: csumOffset, HdrLen: csumStart + 8}
+		if h.Check(len(ip)) != nil {
+			return // the receive path refuses such a header before splitting
+		}
+		counted := -1
+		var got []byte
+		emitted := 0
+		n, err := splitUSO(h, ip, make([]byte, maxPacketSize), func(n int) { counted = n }, func(d []byte) {
+			if counted < 0 {
+				t.Fatal("a datagram before the count")
+			}
+			if !vnet.VerifyIP(d) {
+				t.Fatalf("datagram %d has bad lengths or checksums", emitted)
+			}
+			l4 := int(h.CsumStart)
+			u := header.UDP(d[l4:])
+			if int(u.Length()) != len(d)-l4 || len(u.Payload()) > int(h.GSOSize) {
+				t.Fatalf("datagram %d: UDP length %d for %d bytes, payload %d of at most %d", emitted, u.Length(), len(d)-l4, len(u.Payload()), h.GSOSize)
+			}
+			got = append(got, u.Payload()...)
+			emitted++
+		})
+		if err != nil {
+			if emitted > 0 || counted >= 0 {
+				t.Fatalf("failed (%v) after counting %d and emitting %d", err, counted, emitted)
+			}
+			return
+		}
+		if n != emitted || n != counted {
+			t.Fatalf("returned %d, counted %d, emitted %d", n, counted, emitted)
+		}
+		want := ip[int(h.CsumStart)+header.UDPMinimumSize:]
+		if !bytes.Equal(got, want) {
+			t.Fatalf("datagrams carry %d bytes, the super-packet %d", len(got), len(want))
+		}
+	})
+}

@@ -45,6 +45,9 @@ func splitUSO(h vnet.Header, ip, scratch []byte, count func(n int), emit func([]
 			return 0, errors.New("UDP super-packet with a truncated IPv4 header")
 		}
 		v4 := header.IPv4(ip)
+		if int(v4.HeaderLength()) < header.IPv4MinimumSize {
+			return 0, fmt.Errorf("UDP super-packet with a %d-byte IPv4 header", v4.HeaderLength())
+		}
 		if int(v4.HeaderLength()) != l4 || v4.Protocol() != uint8(header.UDPProtocolNumber) {
 			return 0, fmt.Errorf("UDP super-packet whose IPv4 header (%d bytes, protocol %d) does not lead to UDP at %d", v4.HeaderLength(), v4.Protocol(), l4)
 		}
@@ -54,6 +57,9 @@ func splitUSO(h vnet.Header, ip, scratch []byte, count func(n int), emit func([]
 			return 0, fmt.Errorf("UDP super-packet with UDP at %d inside the IPv6 header", l4)
 		}
 		v6 := header.IPv6(ip)
+		if at, ok := ipv6UDPOffset(ip); !ok || at != l4 {
+			return 0, fmt.Errorf("UDP super-packet whose IPv6 headers do not lead to UDP at %d", l4)
+		}
 		src, dst = v6.SourceAddress(), v6.DestinationAddress()
 	default:
 		return 0, errors.New("UDP super-packet that is neither IPv4 nor IPv6")
@@ -99,6 +105,27 @@ func splitUSO(h vnet.Header, ip, scratch []byte, count func(n int), emit func([]
 		n++
 	}
 	return n, nil
+}
+
+// ipv6UDPOffset follows the IPv6 header chain of ip through the extension
+// headers a UDP super-packet may carry (hop-by-hop, routing, destination
+// options) and returns where UDP starts, or false if the chain ends
+// elsewhere or runs past the packet.
+func ipv6UDPOffset(ip []byte) (int, bool) {
+	off, next := header.IPv6MinimumSize, header.IPv6(ip).NextHeader()
+	for {
+		switch next {
+		case uint8(header.UDPProtocolNumber):
+			return off, true
+		case uint8(header.IPv6HopByHopOptionsExtHdrIdentifier), uint8(header.IPv6RoutingExtHdrIdentifier), uint8(header.IPv6DestinationOptionsExtHdrIdentifier):
+			if off+2 > len(ip) {
+				return 0, false
+			}
+			next, off = ip[off], off+8*(int(ip[off+1])+1)
+		default:
+			return 0, false
+		}
+	}
 }
 
 // udpChecksumOffset is where the checksum sits in a UDP header.
