@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 
@@ -96,9 +97,14 @@ func New(cfg Config) (*Host, error) {
 		return fail(err)
 	}
 	if cfg.Metrics != "" {
+		// Ours, and the Go runtime's and the process's (goroutines,
+		// heap, resident memory, open descriptors), which a soak or a
+		// leak hunt watches.
 		reg := prometheus.NewRegistry()
-		if err := reg.Register(NewCollector(st, h.svc)); err != nil {
-			return fail(fmt.Errorf("serve: metrics: %w", err))
+		for _, c := range []prometheus.Collector{NewCollector(st, h.svc), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+			if err := reg.Register(c); err != nil {
+				return fail(fmt.Errorf("serve: metrics: %w", err))
+			}
 		}
 		h.mln, err = net.Listen("tcp", cfg.Metrics)
 		if err != nil {

@@ -145,13 +145,16 @@ func TestMetrics(t *testing.T) {
 			`ustack_qdisc_lock_contended_total{lock="defer_list",nic="eth0",qdisc="llist"}`,
 			`ustack_qdisc_writepacket_seconds_count{nic="eth0",qdisc="llist"}`,
 			`ustack_serve_total{counter="accepted"}`,
+			`go_goroutines `,
+			`process_resident_memory_bytes `,
+			`process_open_fds `,
 		} {
 			if strings.HasPrefix(sc.Text(), want) {
 				found[want] = true
 			}
 		}
 	}
-	require.Len(t, found, 6, "every family is exported: %v", found)
+	require.Len(t, found, 9, "every family is exported: %v", found)
 }
 
 func TestBadConfig(t *testing.T) {
