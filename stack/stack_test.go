@@ -120,6 +120,24 @@ func TestTCPTransferImpaired(t *testing.T) {
 	}
 }
 
+// TestTCPTransferFaultsEveryQdisc runs a transfer both ways through every
+// queueing discipline over a link that loses, reorders, duplicates and
+// corrupts: each ends intact.
+func TestTCPTransferFaultsEveryQdisc(t *testing.T) {
+	for _, q := range sched.Names() {
+		t.Run(q, func(t *testing.T) {
+			mo := mem.DefaultOptions()
+			mo.ChecksumOffload = false
+			mo.Impair = mem.Impairments{Loss: 0.02, Reorder: 0.01, Duplicate: 0.01, Corrupt: 0.005, Seed: 11}
+			p := stacktest.New(t, &stacktest.Options{Mem: &mo, Qdisc: q, Stack: fastRTO()})
+			transferBothWays(t, p, stacktest.B4, impairedSize/4)
+			la, lb := p.LinkA.LinkStats(), p.LinkB.LinkStats()
+			require.NotZero(t, la.ImpairLost+lb.ImpairLost)
+			require.NotZero(t, la.ImpairCorrupted+lb.ImpairCorrupted)
+		})
+	}
+}
+
 // TestTCPTransferCorrupted checks that a corrupted packet is caught by the
 // checksums (offload off) and the data still arrives intact.
 func TestTCPTransferCorrupted(t *testing.T) {

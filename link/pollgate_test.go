@@ -1,0 +1,54 @@
+package link
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ustack-dev/ustack/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+func rearmed(g *PollGate) bool {
+	select {
+	case <-g.Rearmed():
+		return true
+	default:
+		return false
+	}
+}
+
+// TestPollGate: the receive goroutine defers while readers poll, is
+// re-armed by the last one to stop, by the watchdog and by Force, and a
+// forced round ends with Received.
+func TestPollGate(t *testing.T) {
+	var g PollGate
+	require.False(t, g.Deferring())
+	g.Begin()
+	g.Begin()
+	require.True(t, g.Deferring())
+	g.End()
+	require.True(t, g.Deferring(), "one reader still polls")
+	require.False(t, rearmed(&g))
+	g.End()
+	require.False(t, g.Deferring())
+	require.True(t, rearmed(&g), "the last reader re-armed the goroutine")
+
+	require.False(t, g.Watchdog(), "nobody polls: nothing to re-arm")
+	g.Begin()
+	require.True(t, g.Watchdog())
+	require.False(t, g.Deferring(), "forced: the goroutine runs a round")
+	require.True(t, rearmed(&g))
+	g.Received()
+	require.True(t, g.Deferring(), "after its round it defers again")
+	g.Force()
+	require.False(t, g.Deferring())
+	g.Received()
+	g.End()
+	require.False(t, g.Deferring())
+
+	g.CountPolled()
+	g.CountPolled()
+	require.Equal(t, uint64(2), g.Polled())
+}
