@@ -504,3 +504,70 @@ func udpRoundTrips(t *testing.T, n *srvNet, count int) {
 		require.Equal(t, string(msg), string(got))
 	}
 }
+
+// TestBlindInjection sends segments for a live connection's four-tuple
+// that its peer did not send, the way an off-path attacker would: data,
+// RSTs, SYNs and zero-window ACKs with guessed sequence and acknowledgment
+// numbers. None may reset, stall or corrupt the connection (RFC 5961):
+// echoes through it continue intact while they arrive.
+func TestBlindInjection(t *testing.T) {
+	for _, kind := range []string{"veth", "tun"} {
+		t.Run(kind, func(t *testing.T) {
+			n := newSrvNet(t, kind, sched.None, link.Impairments{}, nil)
+			ifname, dst := "srvtun0", net.HardwareAddr(nil)
+			if kind == "veth" {
+				ifname = "srvk0"
+				for _, info := range n.host.Stack().GVisor().NICInfo() {
+					dst = net.HardwareAddr(info.LinkAddress)
+				}
+			}
+			snd := newRawSender(t, n.k, ifname, dst)
+			var c net.Conn
+			require.NoError(t, n.k.Do(func() (err error) {
+				c, err = net.Dial("tcp", netip.AddrPortFrom(srvUstack4.Addr(), 7).String())
+				return err
+			}))
+			defer c.Close()
+			sport := uint16(c.LocalAddr().(*net.TCPAddr).Port)
+			k4, u4 := srvKernel4.Addr(), srvUstack4.Addr()
+			before := snapshot(n)
+			r := rand.New(rand.NewPCG(7, 7))
+			buf := make([]byte, 4096)
+			const rounds, perRound = 200, 20
+			for i := range rounds {
+				for j := range perRound {
+					var flags byte
+					var win uint16 = 65535
+					var payload []byte
+					switch j % 4 {
+					case 0:
+						flags, payload = 0x18, []byte("injected") // PSH|ACK with data
+					case 1:
+						flags = 0x04 // RST
+					case 2:
+						flags = 0x02 // SYN
+					case 3:
+						flags, win = 0x10, 0 // ACK closing the window
+					}
+					seg := tcpSeg(k4, u4, sport, 7, r.Uint32(), r.Uint32(), flags, win, payload)
+					require.NoError(t, snd.send(ip4{src: k4, dst: u4, proto: unix.IPPROTO_TCP, id: uint16(r.Uint32())}.bytes(seg)))
+				}
+				msg := fmt.Appendf(nil, "round %d of the real conversation", i)
+				require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+				_, err := c.Write(msg)
+				require.NoError(t, err, "round %d", i)
+				got := buf[:0]
+				for len(got) < len(msg) {
+					k, err := c.Read(buf[len(got):cap(buf)])
+					require.NoError(t, err, "round %d: the connection did not survive", i)
+					got = buf[:len(got)+k]
+				}
+				require.Equal(t, string(msg), string(got), "round %d", i)
+			}
+			d := snapshot(n).minus(before)
+			t.Logf("%d blind segments:%v", rounds*perRound, d)
+			require.Zero(t, d["TCP.EstablishedResets"], "no blind RST reset the connection")
+			require.Zero(t, d["svc.accepted"], "no blind SYN opened a connection")
+		})
+	}
+}
