@@ -245,10 +245,10 @@ func TestWatchdog(t *testing.T) {
 		return true
 	})
 	s := p.Stats()
-	require.Equal(t, uint64(1), s.WatchdogRearms)
+	require.GreaterOrEqual(t, s.WatchdogRearms, uint64(2), "the watchdog called, and called again while the reader stayed away")
 	src.mu.Lock()
 	defer src.mu.Unlock()
-	require.Equal(t, 1, src.rearms)
+	require.Equal(t, int(s.WatchdogRearms), src.rearms)
 	require.Equal(t, 1, src.watchdogPolling, "the watchdog found the reader still polling")
 }
 

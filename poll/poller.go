@@ -25,10 +25,11 @@ type Source interface {
 	// BusyPollEnd undoes one BusyPollBegin; the last one re-arms the
 	// receive goroutine if packets are waiting.
 	BusyPollEnd()
-	// BusyPollWatchdog re-arms the receive goroutine if packets are
-	// waiting while readers claim to poll, and reports whether it did.
+	// BusyPollWatchdog lets the receive goroutine deliver what is waiting
+	// although readers claim to poll, and reports whether they still do.
 	// The Poller calls it when no reader has started a wait for a while,
-	// so a reader that stopped polling (descheduled, blocked in the
+	// and again every watchdogSlack while readers still claim to poll, so
+	// a reader that stopped polling (descheduled, blocked in the
 	// application) cannot strand packets.
 	BusyPollWatchdog() bool
 }
@@ -57,7 +58,8 @@ type Stats struct {
 	Probes uint64 `json:"probes"`
 	// SpinTime is the CPU time readers spent busy polling.
 	SpinTime time.Duration `json:"spin_ns"`
-	// WatchdogRearms counts receive goroutines the watchdog re-armed.
+	// WatchdogRearms counts watchdog calls that found readers still
+	// claiming to poll, and so let the receive goroutines run.
 	WatchdogRearms uint64 `json:"watchdog_rearms"`
 	// Budget is the budget a wait gets now (adaptive's moves).
 	Budget time.Duration `json:"budget_ns"`
@@ -156,10 +158,18 @@ func (p *Poller) watchdogFired() {
 	if p.closed.Load() {
 		return
 	}
+	polling := false
 	for _, s := range *p.sources.Load() {
 		if s.BusyPollWatchdog() {
-			p.watchdogRearms.Add(1)
+			polling = true
 		}
+	}
+	if polling {
+		// A reader still claims to poll: look again soon, until it
+		// stops or comes back.
+		p.watchdogRearms.Add(1)
+		p.watchdogAt.Store(nanotime() + int64(watchdogSlack))
+		p.watchdog.Reset(watchdogSlack)
 	}
 }
 

@@ -357,16 +357,19 @@ func (e *Endpoint) BusyPollEnd() {
 	}
 }
 
-// BusyPollWatchdog implements poll.Source.
+// BusyPollWatchdog implements poll.Source: if readers claim to poll, it
+// wakes the receive goroutine should packets wait, and reports that they
+// do.
 func (e *Endpoint) BusyPollWatchdog() bool {
 	r := e.rx
 	r.mu.Lock()
-	wake := r.polling > 0 && r.rearmLocked()
+	polling := r.polling > 0
+	wake := polling && r.rearmLocked()
 	r.mu.Unlock()
 	if wake {
 		r.kick()
 	}
-	return wake
+	return polling
 }
 
 // rearmLocked marks the receive goroutine awake if it is parked with

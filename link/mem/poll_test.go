@@ -64,13 +64,20 @@ func TestBusyPollWatchdog(t *testing.T) {
 	s.wait(t, 1)
 	waitParked(t, b)
 	b.BusyPollBegin()
-	defer b.BusyPollEnd()
 	_, err = write(a, 1, 5)
 	require.Nil(t, err)
 	require.Equal(t, 4, b.Backlog())
-	require.True(t, b.BusyPollWatchdog())
+	require.True(t, b.BusyPollWatchdog(), "a reader claims to poll")
 	s.wait(t, 5)
-	require.False(t, b.BusyPollWatchdog(), "nothing waiting: nothing to re-arm")
+	// Still claimed: later packets are delivered by the next call too.
+	waitParked(t, b)
+	_, err = write(a, 5, 7)
+	require.Nil(t, err)
+	require.Equal(t, 2, b.Backlog())
+	require.True(t, b.BusyPollWatchdog())
+	s.wait(t, 7)
+	b.BusyPollEnd()
+	require.False(t, b.BusyPollWatchdog(), "no reader claims to poll")
 }
 
 // TestBusyPollConcurrent: readers polling while writers write and the
