@@ -5,6 +5,7 @@ package integration
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -530,9 +531,16 @@ func TestBlindInjection(t *testing.T) {
 			defer c.Close()
 			sport := uint16(c.LocalAddr().(*net.TCPAddr).Port)
 			k4, u4 := srvKernel4.Addr(), srvUstack4.Addr()
+			buf := make([]byte, 4096)
+			// One echo first: the service has accepted the connection
+			// before the counters are read.
+			require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+			_, err := c.Write([]byte("hello"))
+			require.NoError(t, err)
+			_, err = io.ReadFull(c, buf[:5])
+			require.NoError(t, err)
 			before := snapshot(n)
 			r := rand.New(rand.NewPCG(7, 7))
-			buf := make([]byte, 4096)
 			const rounds, perRound = 200, 20
 			for i := range rounds {
 				for j := range perRound {
