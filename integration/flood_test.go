@@ -4,7 +4,6 @@ package integration
 
 import (
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"os/exec"
 	"runtime"
@@ -62,13 +61,6 @@ func TestFlood(t *testing.T) {
 			// a spoofed host and the half-open connections stay.
 			out, err := n.run("iptables", "-A", "INPUT", "-p", "tcp", "--sport", "7", "--tcp-flags", "SYN,ACK", "SYN,ACK", "-j", "DROP")
 			require.NoError(t, err, "iptables: %s", out)
-			ifname, dst := "srvtun0", net.HardwareAddr(nil)
-			if kind == "veth" {
-				ifname = "srvk0"
-				for _, info := range n.host.Stack().GVisor().NICInfo() {
-					dst = net.HardwareAddr(info.LinkAddress)
-				}
-			}
 			k4, u4 := srvKernel4.Addr(), srvUstack4.Addr()
 			var ms runtime.MemStats
 			runtime.GC()
@@ -81,9 +73,8 @@ func TestFlood(t *testing.T) {
 			var syns, udps atomic.Int64
 			pace := newPacer(n, floodRate)
 			errs := make(chan error, 2)
-			flood := func(seed uint64, count *atomic.Int64, gen func(r *rand.Rand) []byte) {
+			flood := func(snd *rawSender, seed uint64, count *atomic.Int64, gen func(r *rand.Rand) []byte) {
 				defer wg.Done()
-				snd := newRawSender(t, n.k, ifname, dst)
 				r := rand.New(rand.NewPCG(seed, 3))
 				for {
 					select {
@@ -102,7 +93,7 @@ func TestFlood(t *testing.T) {
 				}
 			}
 			wg.Add(2)
-			go flood(1, &syns, func(r *rand.Rand) []byte {
+			go flood(n.rawSender(t), 1, &syns, func(r *rand.Rand) []byte {
 				src := k4
 				if r.IntN(8) == 0 {
 					// An on-link address nobody answers for: the
@@ -114,7 +105,7 @@ func TestFlood(t *testing.T) {
 				return ip4{src: src, dst: u4, proto: unix.IPPROTO_TCP, id: uint16(r.Uint32())}.bytes(
 					tcpSeg(src, u4, uint16(1024+r.IntN(60000)), 7, r.Uint32(), 0, 0x02, 65535, nil))
 			})
-			go flood(2, &udps, func(r *rand.Rand) []byte {
+			go flood(n.rawSender(t), 2, &udps, func(r *rand.Rand) []byte {
 				port := uint16(9)
 				if r.IntN(2) == 0 {
 					port = uint16(10000 + r.IntN(1000)) // closed

@@ -62,6 +62,21 @@ func within(t *testing.T, got int64, sent int, msg string) {
 // linkDrops are the link counters of packets it took and dropped itself.
 var linkDrops = []string{"link.RXBadChecksum", "link.RXMalformed", "link.RXErrors", "link.RXDetached"}
 
+// rawSender returns a sender of crafted IP packets from the kernel's side
+// of n's link (the veth end or the TUN device) to ustack's end.
+func (n *srvNet) rawSender(tb testing.TB) *rawSender {
+	tb.Helper()
+	if n.kind == "tun" {
+		return newRawSender(tb, n.k, "srvtun0", nil)
+	}
+	var dst net.HardwareAddr
+	for _, info := range n.host.Stack().GVisor().NICInfo() {
+		dst = net.HardwareAddr(info.LinkAddress)
+	}
+	require.Len(tb, dst, 6, "ustack's Ethernet address")
+	return newRawSender(tb, n.k, "srvk0", dst)
+}
+
 func snapshot(n *srvNet) counters {
 	st := n.host.Stack().Stats()
 	c := counters{}
@@ -315,15 +330,7 @@ func TestMalformedInput(t *testing.T) {
 	for _, kind := range []string{"veth", "tun"} {
 		t.Run(kind, func(t *testing.T) {
 			n := newSrvNet(t, kind, sched.BusyLock, link.Impairments{}, nil)
-			ifname, dst := "srvtun0", net.HardwareAddr(nil)
-			if kind == "veth" {
-				ifname = "srvk0"
-				for _, info := range n.host.Stack().GVisor().NICInfo() {
-					dst = net.HardwareAddr(info.LinkAddress)
-				}
-				require.Len(t, dst, 6)
-			}
-			snd := newRawSender(t, n.k, ifname, dst)
+			snd := n.rawSender(t)
 			classes := badClasses(srvKernel4.Addr(), srvUstack4.Addr(), srvKernel6.Addr(), srvUstack6.Addr())
 			rx := func(c counters) int64 { return c["link.RXPackets"] + c.sum(linkDrops...) }
 			var ms runtime.MemStats
@@ -515,14 +522,7 @@ func TestBlindInjection(t *testing.T) {
 	for _, kind := range []string{"veth", "tun"} {
 		t.Run(kind, func(t *testing.T) {
 			n := newSrvNet(t, kind, sched.None, link.Impairments{}, nil)
-			ifname, dst := "srvtun0", net.HardwareAddr(nil)
-			if kind == "veth" {
-				ifname = "srvk0"
-				for _, info := range n.host.Stack().GVisor().NICInfo() {
-					dst = net.HardwareAddr(info.LinkAddress)
-				}
-			}
-			snd := newRawSender(t, n.k, ifname, dst)
+			snd := n.rawSender(t)
 			var c net.Conn
 			require.NoError(t, n.k.Do(func() (err error) {
 				c, err = net.Dial("tcp", netip.AddrPortFrom(srvUstack4.Addr(), 7).String())

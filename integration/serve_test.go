@@ -40,6 +40,7 @@ var (
 
 // srvNet is a served host and the namespace of its kernel clients.
 type srvNet struct {
+	kind string // "veth" or "tun"
 	k    *netns.NS
 	host *serve.Host
 	link link.Reporter // the served host's endpoint
@@ -94,7 +95,7 @@ func newSrvNet(tb testing.TB, kind, qdisc string, im link.Impairments, st *stack
 	require.NoError(tb, err)
 	tb.Cleanup(func() { h.Close() })
 	rep, _ := ep.(link.Reporter)
-	n := &srvNet{k: k, host: h, link: rep}
+	n := &srvNet{kind: kind, k: k, host: h, link: rep}
 	// Wait until ustack answers the kernel (neighbour resolution done).
 	for _, dst := range []netip.Addr{srvKernel4.Addr(), srvKernel6.Addr()} {
 		deadline := time.Now().Add(10 * time.Second)

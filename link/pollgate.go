@@ -78,10 +78,56 @@ func (g *PollGate) Rearmed() <-chan struct{} { return g.ch() }
 
 // Received tells the gate that the receive goroutine ran a round, which
 // ends a forced one.
-func (g *PollGate) Received() { g.forced.Store(false) }
+func (g *PollGate) Received() {
+	if g.forced.Load() { // a load, not a store, on every round
+		g.forced.Store(false)
+	}
+}
 
 // CountPolled counts a round a busy-polling reader ran.
 func (g *PollGate) CountPolled() { g.polled.Add(1) }
 
 // Polled returns how many rounds busy-polling readers ran.
 func (g *PollGate) Polled() uint64 { return g.polled.Load() }
+
+// PollGates are the gates of an endpoint's queues: a busy-polling reader
+// polls them all, so it begins, ends and is watched over on each.
+type PollGates []*PollGate
+
+// Begin counts a reader starting to poll every queue.
+func (gs PollGates) Begin() {
+	for _, g := range gs {
+		g.Begin()
+	}
+}
+
+// End counts a reader that stops polling every queue.
+func (gs PollGates) End() {
+	for _, g := range gs {
+		g.End()
+	}
+}
+
+// Watchdog calls Watchdog on every gate and reports whether any still has
+// readers claiming to poll.
+func (gs PollGates) Watchdog() bool {
+	polling := false
+	for _, g := range gs {
+		polling = g.Watchdog() || polling
+	}
+	return polling
+}
+
+// WaitTurn is the receive goroutine's side of the gate: it blocks while
+// the queue is deferred to busy-polling readers, and returns false if stop
+// is closed first.
+func (g *PollGate) WaitTurn(stop <-chan struct{}) bool {
+	for g.Deferring() {
+		select {
+		case <-g.Rearmed():
+		case <-stop:
+			return false
+		}
+	}
+	return true
+}

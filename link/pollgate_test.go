@@ -52,3 +52,31 @@ func TestPollGate(t *testing.T) {
 	g.CountPolled()
 	require.Equal(t, uint64(2), g.Polled())
 }
+
+// TestPollGates: a reader begins and ends on every queue's gate, and the
+// watchdog reports readers on any; the receive goroutine's WaitTurn waits
+// for its turn or for stop.
+func TestPollGates(t *testing.T) {
+	var a, b PollGate
+	gs := PollGates{&a, &b}
+	gs.Begin()
+	require.True(t, a.Deferring())
+	require.True(t, b.Deferring())
+	require.True(t, gs.Watchdog())
+	a.Received()
+	b.Received()
+	turn := make(chan bool, 1)
+	go func() { turn <- a.WaitTurn(nil) }()
+	gs.End()
+	require.True(t, <-turn, "the last reader gave the goroutine its turn")
+	require.False(t, gs.Watchdog())
+
+	b.Begin()
+	stop := make(chan struct{})
+	close(stop)
+	for rearmed(&b) {
+	}
+	require.False(t, b.WaitTurn(stop), "stop ends the wait")
+	b.End()
+	require.True(t, b.WaitTurn(stop), "not deferring: its turn at once")
+}

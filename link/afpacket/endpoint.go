@@ -48,7 +48,8 @@ type Endpoint struct {
 	mtu  atomic.Uint32
 	addr atomic.Pointer[tcpip.LinkAddress]
 
-	queues []*queue // immutable after New
+	queues []*queue       // immutable after New
+	gates  link.PollGates // the queues' busy-poll gates, in queue order
 
 	link.Lifecycle
 	writable atomic.Pointer[func()]
@@ -200,27 +201,13 @@ func (e *Endpoint) Attach(d stack.NetworkDispatcher) {
 }
 
 // BusyPollBegin implements poll.Source.
-func (e *Endpoint) BusyPollBegin() {
-	for _, q := range e.queues {
-		q.gate.Begin()
-	}
-}
+func (e *Endpoint) BusyPollBegin() { e.gates.Begin() }
 
 // BusyPollEnd implements poll.Source.
-func (e *Endpoint) BusyPollEnd() {
-	for _, q := range e.queues {
-		q.gate.End()
-	}
-}
+func (e *Endpoint) BusyPollEnd() { e.gates.End() }
 
 // BusyPollWatchdog implements poll.Source.
-func (e *Endpoint) BusyPollWatchdog() bool {
-	any := false
-	for _, q := range e.queues {
-		any = q.gate.Watchdog() || any
-	}
-	return any
-}
+func (e *Endpoint) BusyPollWatchdog() bool { return e.gates.Watchdog() }
 
 // BusyPoll implements poll.Source: one non-blocking recvmmsg round on each
 // queue nobody else is receiving on, delivered from the caller's goroutine.

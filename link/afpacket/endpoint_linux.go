@@ -249,6 +249,7 @@ func newEndpoint(ifname string, ifindex int, mtu uint32, addr tcpip.LinkAddress,
 			return nil, fmt.Errorf("afpacket: socket %d on %q: %w", i, ifname, err)
 		}
 		e.queues = append(e.queues, &queue{e: e, idx: i, file: f, rc: rc, want: make(chan struct{}, 1), rxr: newRXRing(o.RXBatch, !e.vnetHdr)})
+		e.gates = append(e.gates, &e.queues[i].gate)
 	}
 	for _, q := range e.queues {
 		e.wg.Add(1)
@@ -292,13 +293,8 @@ func (q *queue) rxLoop() {
 	}
 	down := false
 	for {
-		if q.gate.Deferring() {
-			select {
-			case <-q.gate.Rearmed():
-			case <-q.e.stop:
-				return
-			}
-			continue
+		if !q.gate.WaitTurn(q.e.stop) {
+			return
 		}
 		deferred = false
 		err := q.rc.Read(read)

@@ -41,7 +41,8 @@ type Endpoint struct {
 	opts     Options  // immutable after Open
 	offloads Offloads // immutable after Open
 	gsoKind  stack.SupportedGSO
-	queues   []*queue // immutable after Open
+	queues   []*queue       // immutable after Open
+	gates    link.PollGates // the queues' busy-poll gates, in queue order
 
 	mtu atomic.Uint32
 	link.Lifecycle
@@ -104,6 +105,7 @@ func newEndpoint(name string, o Options, off Offloads, devs []*device) *Endpoint
 			buf:  make([]byte, rxBufSize),
 			kick: make(chan struct{}, 1),
 		})
+		e.gates = append(e.gates, &e.queues[i].gate)
 	}
 	return e
 }
@@ -449,27 +451,13 @@ func (q *queue) stats() link.Stats {
 }
 
 // BusyPollBegin implements poll.Source.
-func (e *Endpoint) BusyPollBegin() {
-	for _, q := range e.queues {
-		q.gate.Begin()
-	}
-}
+func (e *Endpoint) BusyPollBegin() { e.gates.Begin() }
 
 // BusyPollEnd implements poll.Source.
-func (e *Endpoint) BusyPollEnd() {
-	for _, q := range e.queues {
-		q.gate.End()
-	}
-}
+func (e *Endpoint) BusyPollEnd() { e.gates.End() }
 
 // BusyPollWatchdog implements poll.Source.
-func (e *Endpoint) BusyPollWatchdog() bool {
-	any := false
-	for _, q := range e.queues {
-		any = q.gate.Watchdog() || any
-	}
-	return any
-}
+func (e *Endpoint) BusyPollWatchdog() bool { return e.gates.Watchdog() }
 
 // BusyPoll implements poll.Source: one non-blocking round of reads on each
 // queue nobody else is receiving on, delivered from the caller's goroutine.

@@ -319,13 +319,8 @@ func (q *queue) rxLoop() {
 	for {
 		// While busy-polling readers drive the queue, stand aside until
 		// the last one stops or the watchdog calls (link.PollGate).
-		if q.gate.Deferring() {
-			select {
-			case <-q.gate.Rearmed():
-			case <-q.e.stop:
-				return
-			}
-			continue
+		if !q.gate.WaitTurn(q.e.stop) {
+			return
 		}
 		if err := q.dev.rc.Read(read); err != nil {
 			return // closed
