@@ -128,7 +128,7 @@ func TestTCPTransferFaultsEveryQdisc(t *testing.T) {
 		t.Run(q, func(t *testing.T) {
 			mo := mem.DefaultOptions()
 			mo.ChecksumOffload = false
-			mo.Impair = mem.Impairments{Loss: 0.02, Reorder: 0.01, Duplicate: 0.01, Corrupt: 0.005, Seed: 11}
+			mo.Impair = mem.Impairments{Loss: 0.02, Reorder: 0.01, Duplicate: 0.01, Corrupt: 0.02, Seed: 11}
 			p := stacktest.New(t, &stacktest.Options{Mem: &mo, Qdisc: q, Stack: fastRTO()})
 			transferBothWays(t, p, stacktest.B4, impairedSize/4)
 			la, lb := p.LinkA.LinkStats(), p.LinkB.LinkStats()
