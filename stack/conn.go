@@ -76,7 +76,8 @@ func fullAddress(ap netip.AddrPort) tcpip.FullAddress {
 }
 
 // DialTCP connects to addr. The returned net.Conn has CloseWrite and
-// CloseRead methods (it is a *gonet.TCPConn unless busy polling is on).
+// CloseRead methods (it is a *gonet.TCPConn unless busy polling or the
+// buffer cache is on).
 // Errors are *net.OpError.
 func (s *Stack) DialTCP(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
 	if !addr.IsValid() || addr.Addr().Unmap().IsUnspecified() || addr.Port() == 0 {
@@ -107,8 +108,8 @@ func (s *Stack) DialTCP(ctx context.Context, addr netip.AddrPort) (net.Conn, err
 		ep.Close()
 		return nil, opError("dial", "tcp", addr, netError(terr))
 	}
-	if s.poller.Enabled() {
-		return newPollTCPConn(&wq, ep, s.poller), nil
+	if s.poller.Enabled() || s.cache {
+		return newTCPConn(&wq, ep, s.poller, s.cache), nil
 	}
 	return gonet.NewTCPConn(&wq, ep), nil
 }
@@ -135,8 +136,8 @@ func (s *Stack) ListenTCP(addr netip.AddrPort) (net.Listener, error) {
 		ep.Close()
 		return nil, opError("listen", "tcp", addr, netError(terr))
 	}
-	if s.poller.Enabled() {
-		return newPollTCPListener(&wq, ep, s.poller), nil
+	if s.poller.Enabled() || s.cache {
+		return newTCPListener(&wq, ep, s.poller, s.cache), nil
 	}
 	return gonet.NewTCPListener(s.s, &wq, ep), nil
 }
@@ -187,14 +188,11 @@ func (s *Stack) udp(op string, laddr, raddr netip.AddrPort, proto tcpip.NetworkP
 			return nil, opError(op, "udp", raddr, netError(terr))
 		}
 	}
-	var c udpConn = gonet.NewUDPConn(&wq, ep)
-	if s.udpRecvErr {
-		c = &recvErrConn{UDPConn: c.(*gonet.UDPConn), ep: ep}
+	g := gonet.NewUDPConn(&wq, ep)
+	if !s.udpRecvErr && !s.poller.Enabled() && !s.cache {
+		return g, nil
 	}
-	if s.poller.Enabled() {
-		c = newPollUDPConn(c, ep, s.poller)
-	}
-	return c, nil
+	return &udpSocket{UDPConn: g, ep: ep, wq: &wq, recvErr: s.udpRecvErr, gate: newReadGate(ep, s.poller), io: newConnIO(s.cache)}, nil
 }
 
 // udpConn is what DialUDP and ListenUDP return: a net.Conn that is also a
@@ -202,47 +200,6 @@ func (s *Stack) udp(op string, laddr, raddr netip.AddrPort, proto tcpip.NetworkP
 type udpConn interface {
 	net.Conn
 	net.PacketConn
-}
-
-// recvErrConn is a UDP socket with IP_RECVERR set. gVisor queues every ICMP
-// error such a socket receives, with a copy of the offending datagram, on
-// an error queue that gonet cannot read and that gVisor neither bounds nor
-// releases at Close. recvErrConn empties that queue, releasing each copy,
-// before each write and at Close, so it neither grows nor leaks.
-type recvErrConn struct {
-	*gonet.UDPConn
-	ep tcpip.Endpoint
-}
-
-func (c *recvErrConn) drainErrors() {
-	so := c.ep.SocketOptions()
-	for e := so.DequeueErr(); e != nil; e = so.DequeueErr() {
-		if e.Payload != nil {
-			e.Payload.Release()
-		}
-	}
-}
-
-// Write implements net.Conn.
-func (c *recvErrConn) Write(b []byte) (int, error) {
-	c.drainErrors()
-	return c.UDPConn.Write(b)
-}
-
-// WriteTo implements net.PacketConn.
-func (c *recvErrConn) WriteTo(b []byte, addr net.Addr) (int, error) {
-	c.drainErrors()
-	return c.UDPConn.WriteTo(b, addr)
-}
-
-// Close implements net.Conn. The second drain takes what arrived while the
-// endpoint closed; only an ICMP error already inside gVisor's handler at
-// that instant can still slip in, a window gVisor offers no hook to close.
-func (c *recvErrConn) Close() error {
-	c.drainErrors()
-	err := c.UDPConn.Close()
-	c.drainErrors()
-	return err
 }
 
 // Ping sends one ICMP echo request with payload to dst and waits for the

@@ -29,6 +29,46 @@ type Options struct {
 	// (package poll). The zero value, off, is the default: whether it pays
 	// depends on idle cores, see the README's busy polling results.
 	BusyPoll poll.Mode
+	// Cache says whether the stack's conns keep their read and write
+	// scratch (see CacheMode); CacheDefault means DefaultCache. The links'
+	// own caches are their options' (afpacket.Options.NoCache,
+	// tun.Options.NoCache).
+	Cache CacheMode
+}
+
+// CacheMode turns the stack's buffer caching on or off.
+type CacheMode uint8
+
+const (
+	// CacheDefault is DefaultCache.
+	CacheDefault CacheMode = iota
+	// CacheOn: each conn keeps its own read and write scratch (what gonet
+	// allocates per call), so a read that finds data and a write that
+	// finds room allocate nothing in our layer.
+	CacheOn
+	// CacheOff: conns are gonet's as they are (unless busy polling wraps
+	// them), allocating per call; for comparison.
+	CacheOff
+)
+
+// DefaultCache is what CacheDefault stands for: on, as measured (see the
+// README's buffer cache section).
+const DefaultCache = CacheOn
+
+// String returns "on" or "off" (CacheDefault as what it stands for).
+func (m CacheMode) String() string {
+	if m.On() {
+		return "on"
+	}
+	return "off"
+}
+
+// On reports whether m means caching on.
+func (m CacheMode) On() bool {
+	if m == CacheDefault {
+		m = DefaultCache
+	}
+	return m == CacheOn
 }
 
 // TCPOptions are the stack-wide TCP settings. gVisor's own defaults are

@@ -1,9 +1,11 @@
 package stack
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
@@ -12,10 +14,12 @@ import (
 	"github.com/ustack-dev/ustack/poll"
 )
 
-// The conns below are what the stack hands out when busy polling is on:
-// gonet's conns with a Read that, finding nothing to read, busy polls the
-// stack's links (poll.Poller.Wait) before gonet parks it. With busy
-// polling off the stack hands out gonet's conns unchanged.
+// The conns below are what the stack hands out when busy polling or the
+// buffer cache is on: gonet's conns with a Read that, finding nothing to
+// read, busy polls the stack's links (poll.Poller.Wait) before gonet
+// parks it, and, with the cache on, Read and Write fast paths that use
+// the conn's own scratch (connIO) where gonet allocates per call. With
+// both off the stack hands out gonet's conns unchanged.
 
 // readGate is the busy-polling part shared by the TCP and UDP conns.
 type readGate struct {
@@ -25,9 +29,13 @@ type readGate struct {
 	ready  func() bool // c.readable, bound once so a wait allocates nothing
 }
 
-func (g *readGate) init(ep tcpip.Endpoint, p *poll.Poller) {
-	g.ep, g.p = ep, p
+func newReadGate(ep tcpip.Endpoint, p *poll.Poller) *readGate {
+	if !p.Enabled() {
+		return nil
+	}
+	g := &readGate{ep: ep, p: p}
 	g.ready = g.readable
+	return g
 }
 
 // readable reports whether a read would not block: data, EOF or an error
@@ -36,83 +44,326 @@ func (g *readGate) readable() bool {
 	return g.closed.Load() || g.ep.Readiness(waiter.ReadableEvents) != 0
 }
 
-// wait busy polls if a read of want bytes would block.
+// wait busy polls if a read of want bytes would block. A nil gate (busy
+// polling off) does nothing.
 func (g *readGate) wait(want int) {
-	if want > 0 && !g.readable() {
+	if g != nil && want > 0 && !g.readable() {
 		g.p.Wait(g.ready)
 	}
 }
 
-// pollTCPConn is a gonet TCP conn whose reads busy poll. CloseWrite and
-// CloseRead come from gonet.
-type pollTCPConn struct {
-	*gonet.TCPConn
-	gate readGate
+// close ends a busy poll in progress.
+func (g *readGate) close() {
+	if g != nil {
+		g.closed.Store(true)
+	}
 }
 
-func newPollTCPConn(wq *waiter.Queue, ep tcpip.Endpoint, p *poll.Poller) *pollTCPConn {
-	c := &pollTCPConn{TCPConn: gonet.NewTCPConn(wq, ep)}
-	c.gate.init(ep, p)
+// connIO is a conn's own read and write scratch: what gonet allocates on
+// every call (a slice writer for the endpoint to copy into, a reader over
+// the caller's bytes, a destination address) kept for the conn's life, so
+// that a read that finds data, or a write that finds room, allocates
+// nothing in our layer. Each half is used by one call at a time (a
+// TryLock; a concurrent call takes gonet's path) and reset after use, so
+// it never keeps the caller's bytes. A call with a deadline set takes the
+// fast path only while the deadline is in the future; waiting is always
+// gonet's.
+type connIO struct {
+	rmu sync.Mutex
+	w   tcpip.SliceWriter
+	// entry and ready wait for readability in readWait; ready is also
+	// poked when a read deadline is set, so a waiting read hands over to
+	// gonet, which keeps the deadlines.
+	entry waiter.Entry
+	ready chan struct{}
+	wmu   sync.Mutex
+	r     bytes.Reader
+	to    tcpip.FullAddress
+	// Read and write deadlines in Unix nanoseconds; 0 is none.
+	rdl, wdl atomic.Int64
+}
+
+// newConnIO returns the scratch for a new conn, or nil if caching is off.
+func newConnIO(on bool) *connIO {
+	if !on {
+		return nil
+	}
+	c := &connIO{}
+	c.entry, c.ready = waiter.NewChannelEntry(waiter.ReadableEvents)
 	return c
 }
 
+// due reports whether a deadline d (Unix nanoseconds, 0 none) allows the
+// fast path.
+func due(d int64) bool { return d != 0 && time.Now().UnixNano() >= d }
+
+func deadlineNanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// readWait reads into b, waiting for data as gonet does but with the
+// conn's own wait entry. It reports false when the caller must take
+// gonet's path instead: a deadline is set, another read is in progress,
+// or the read failed (gonet translates the error).
+func (c *connIO) readWait(ep tcpip.Endpoint, wq *waiter.Queue, b []byte, opts tcpip.ReadOptions) (tcpip.ReadResult, bool) {
+	if c == nil || c.rdl.Load() != 0 || !c.rmu.TryLock() {
+		return tcpip.ReadResult{}, false
+	}
+	defer c.rmu.Unlock()
+	registered := false
+	defer func() {
+		if registered {
+			wq.EventUnregister(&c.entry)
+		}
+	}()
+	for {
+		c.w = b
+		res, err := ep.Read(&c.w, opts)
+		c.w = nil
+		if _, block := err.(*tcpip.ErrWouldBlock); !block {
+			return res, err == nil
+		}
+		if c.rdl.Load() != 0 {
+			return tcpip.ReadResult{}, false
+		}
+		if !registered {
+			// Register, then read again: data that arrived in between
+			// is not waited for.
+			wq.EventRegister(&c.entry)
+			registered = true
+			continue
+		}
+		<-c.ready
+	}
+}
+
+// wake wakes a readWait in progress, if c is not nil: after Close, which
+// gVisor also signals, so that the wait never depends on that alone.
+func (c *connIO) wake() {
+	if c != nil {
+		c.poke()
+	}
+}
+
+// poke wakes a readWait in progress.
+func (c *connIO) poke() {
+	select {
+	case c.ready <- struct{}{}:
+	default:
+	}
+}
+
+// write tries one non-blocking write of b (to *to, if not nil). It returns
+// how much the endpoint took and whether the caller is done; if not, the
+// caller writes the rest through gonet, which waits and reports errors.
+func (c *connIO) write(ep tcpip.Endpoint, b []byte, to *tcpip.FullAddress) (int, bool) {
+	if c == nil || len(b) == 0 || due(c.wdl.Load()) || !c.wmu.TryLock() {
+		return 0, false
+	}
+	c.r.Reset(b)
+	opts := tcpip.WriteOptions{}
+	if to != nil {
+		c.to = *to
+		opts.To = &c.to
+	}
+	n, err := ep.Write(&c.r, opts)
+	c.r.Reset(nil)
+	c.to = tcpip.FullAddress{}
+	c.wmu.Unlock()
+	return int(n), err == nil && int(n) == len(b)
+}
+
+// tcpConn is a gonet TCP conn with busy-polling reads (gate, nil when off)
+// and cached fast paths (io, nil when off). CloseWrite and CloseRead come
+// from gonet.
+type tcpConn struct {
+	*gonet.TCPConn
+	ep   tcpip.Endpoint
+	wq   *waiter.Queue
+	gate *readGate
+	io   *connIO
+}
+
+func newTCPConn(wq *waiter.Queue, ep tcpip.Endpoint, p *poll.Poller, cached bool) *tcpConn {
+	return &tcpConn{TCPConn: gonet.NewTCPConn(wq, ep), ep: ep, wq: wq, gate: newReadGate(ep, p), io: newConnIO(cached)}
+}
+
 // Read implements net.Conn.
-func (c *pollTCPConn) Read(b []byte) (int, error) {
+func (c *tcpConn) Read(b []byte) (int, error) {
 	c.gate.wait(len(b))
+	if len(b) > 0 {
+		if res, ok := c.io.readWait(c.ep, c.wq, b, tcpip.ReadOptions{}); ok && res.Count > 0 {
+			c.ep.ModerateRecvBuf(res.Count)
+			return res.Count, nil
+		}
+	}
 	return c.TCPConn.Read(b)
 }
 
+// Write implements net.Conn.
+func (c *tcpConn) Write(b []byte) (int, error) {
+	n, done := c.io.write(c.ep, b, nil)
+	if done {
+		return n, nil
+	}
+	m, err := c.TCPConn.Write(b[n:])
+	return n + m, err
+}
+
+// SetDeadline implements net.Conn.
+func (c *tcpConn) SetDeadline(t time.Time) error {
+	c.io.setDeadlines(t, true, true)
+	return c.TCPConn.SetDeadline(t)
+}
+
+// SetReadDeadline implements net.Conn.
+func (c *tcpConn) SetReadDeadline(t time.Time) error {
+	c.io.setDeadlines(t, true, false)
+	return c.TCPConn.SetReadDeadline(t)
+}
+
+// SetWriteDeadline implements net.Conn.
+func (c *tcpConn) SetWriteDeadline(t time.Time) error {
+	c.io.setDeadlines(t, false, true)
+	return c.TCPConn.SetWriteDeadline(t)
+}
+
+func (c *connIO) setDeadlines(t time.Time, read, write bool) {
+	if c == nil {
+		return
+	}
+	if read {
+		c.rdl.Store(deadlineNanos(t))
+		c.poke()
+	}
+	if write {
+		c.wdl.Store(deadlineNanos(t))
+	}
+}
+
 // Close implements net.Conn; it also ends a busy poll in progress.
-func (c *pollTCPConn) Close() error {
-	c.gate.closed.Store(true)
-	return c.TCPConn.Close()
+func (c *tcpConn) Close() error {
+	c.gate.close()
+	err := c.TCPConn.Close()
+	c.io.wake()
+	return err
 }
 
-// pollUDPConn is a UDP conn whose reads busy poll.
-type pollUDPConn struct {
-	udpConn
-	gate readGate
+// udpSocket is a UDP socket with any of: IP_RECVERR drained (recvErr),
+// busy-polling reads (gate), cached fast paths (io).
+//
+// With IP_RECVERR, gVisor queues every ICMP error the socket receives,
+// with a copy of the offending datagram, on an error queue that gonet
+// cannot read and that gVisor neither bounds nor releases at Close. The
+// socket empties that queue, releasing each copy, before each write and at
+// Close, so it neither grows nor leaks.
+type udpSocket struct {
+	*gonet.UDPConn
+	ep      tcpip.Endpoint
+	wq      *waiter.Queue
+	recvErr bool
+	gate    *readGate
+	io      *connIO
 }
 
-func newPollUDPConn(c udpConn, ep tcpip.Endpoint, p *poll.Poller) *pollUDPConn {
-	u := &pollUDPConn{udpConn: c}
-	u.gate.init(ep, p)
-	return u
+func (c *udpSocket) drainErrors() {
+	if !c.recvErr {
+		return
+	}
+	so := c.ep.SocketOptions()
+	for e := so.DequeueErr(); e != nil; e = so.DequeueErr() {
+		if e.Payload != nil {
+			e.Payload.Release()
+		}
+	}
 }
 
 // Read implements net.Conn.
-func (c *pollUDPConn) Read(b []byte) (int, error) {
+func (c *udpSocket) Read(b []byte) (int, error) {
 	c.gate.wait(1) // a datagram may be empty, so even len(b) == 0 reads one
-	return c.udpConn.Read(b)
+	if res, ok := c.io.readWait(c.ep, c.wq, b, tcpip.ReadOptions{}); ok {
+		return res.Count, nil
+	}
+	return c.UDPConn.Read(b)
 }
 
 // ReadFrom implements net.PacketConn.
-func (c *pollUDPConn) ReadFrom(b []byte) (int, net.Addr, error) {
+func (c *udpSocket) ReadFrom(b []byte) (int, net.Addr, error) {
 	c.gate.wait(1)
-	return c.udpConn.ReadFrom(b)
+	return c.UDPConn.ReadFrom(b)
 }
 
-// Close implements net.Conn; it also ends a busy poll in progress.
-func (c *pollUDPConn) Close() error {
-	c.gate.closed.Store(true)
-	return c.udpConn.Close()
+// Write implements net.Conn.
+func (c *udpSocket) Write(b []byte) (int, error) {
+	c.drainErrors()
+	if n, done := c.io.write(c.ep, b, nil); done {
+		return n, nil
+	}
+	return c.UDPConn.Write(b)
 }
 
-// pollTCPListener is a TCP listener whose accepted conns busy poll. gonet's
-// listener hides the accepted endpoints, which a busy-polling conn needs
-// for its readiness, so this one accepts itself.
-type pollTCPListener struct {
-	ep   tcpip.Endpoint
-	wq   *waiter.Queue
-	p    *poll.Poller
-	addr net.Addr
+// WriteTo implements net.PacketConn.
+func (c *udpSocket) WriteTo(b []byte, addr net.Addr) (int, error) {
+	c.drainErrors()
+	if ua, ok := addr.(*net.UDPAddr); ok && c.io != nil {
+		to := tcpip.FullAddress{Addr: tcpip.AddrFromSlice(ua.IP), Port: uint16(ua.Port)}
+		if n, done := c.io.write(c.ep, b, &to); done {
+			return n, nil
+		}
+	}
+	return c.UDPConn.WriteTo(b, addr)
+}
+
+// SetDeadline implements net.Conn.
+func (c *udpSocket) SetDeadline(t time.Time) error {
+	c.io.setDeadlines(t, true, true)
+	return c.UDPConn.SetDeadline(t)
+}
+
+// SetReadDeadline implements net.Conn.
+func (c *udpSocket) SetReadDeadline(t time.Time) error {
+	c.io.setDeadlines(t, true, false)
+	return c.UDPConn.SetReadDeadline(t)
+}
+
+// SetWriteDeadline implements net.Conn.
+func (c *udpSocket) SetWriteDeadline(t time.Time) error {
+	c.io.setDeadlines(t, false, true)
+	return c.UDPConn.SetWriteDeadline(t)
+}
+
+// Close implements net.Conn; it also ends a busy poll in progress. The
+// second drain takes what arrived while the endpoint closed; only an ICMP
+// error already inside gVisor's handler at that instant can still slip
+// in, a window gVisor offers no hook to close.
+func (c *udpSocket) Close() error {
+	c.gate.close()
+	c.drainErrors()
+	err := c.UDPConn.Close()
+	c.drainErrors()
+	c.io.wake()
+	return err
+}
+
+// tcpListener is a TCP listener whose accepted conns are tcpConns. gonet's
+// listener hides the accepted endpoints, which a busy-polling or cached
+// conn needs, so this one accepts itself.
+type tcpListener struct {
+	ep     tcpip.Endpoint
+	wq     *waiter.Queue
+	p      *poll.Poller
+	cached bool
+	addr   net.Addr
 
 	closeOnce sync.Once
 	done      chan struct{}
 }
 
-func newPollTCPListener(wq *waiter.Queue, ep tcpip.Endpoint, p *poll.Poller) *pollTCPListener {
-	l := &pollTCPListener{ep: ep, wq: wq, p: p, done: make(chan struct{})}
+func newTCPListener(wq *waiter.Queue, ep tcpip.Endpoint, p *poll.Poller, cached bool) *tcpListener {
+	l := &tcpListener{ep: ep, wq: wq, p: p, cached: cached, done: make(chan struct{})}
 	if a, err := ep.GetLocalAddress(); err == nil {
 		l.addr = &net.TCPAddr{IP: a.Addr.AsSlice(), Port: int(a.Port)}
 	}
@@ -120,7 +371,7 @@ func newPollTCPListener(wq *waiter.Queue, ep tcpip.Endpoint, p *poll.Poller) *po
 }
 
 // Accept implements net.Listener.
-func (l *pollTCPListener) Accept() (net.Conn, error) {
+func (l *tcpListener) Accept() (net.Conn, error) {
 	n, wq, terr := l.ep.Accept(nil)
 	if _, block := terr.(*tcpip.ErrWouldBlock); block {
 		entry, ready := waiter.NewChannelEntry(waiter.ReadableEvents)
@@ -146,15 +397,15 @@ func (l *pollTCPListener) Accept() (net.Conn, error) {
 		}
 		return nil, l.acceptError(netError(terr))
 	}
-	return newPollTCPConn(wq, n, l.p), nil
+	return newTCPConn(wq, n, l.p, l.cached), nil
 }
 
-func (l *pollTCPListener) acceptError(err error) error {
+func (l *tcpListener) acceptError(err error) error {
 	return &net.OpError{Op: "accept", Net: "tcp", Addr: l.addr, Err: err}
 }
 
 // Close implements net.Listener: it stops listening and wakes Accept.
-func (l *pollTCPListener) Close() error {
+func (l *tcpListener) Close() error {
 	l.closeOnce.Do(func() {
 		close(l.done)
 		l.ep.Close()
@@ -163,7 +414,7 @@ func (l *pollTCPListener) Close() error {
 }
 
 // Addr implements net.Listener.
-func (l *pollTCPListener) Addr() net.Addr {
+func (l *tcpListener) Addr() net.Addr {
 	if l.addr == nil {
 		return &net.TCPAddr{}
 	}

@@ -28,6 +28,7 @@ type Stack struct {
 
 	udpRecvErr bool
 	poller     *poll.Poller // busy polling; Mode off when disabled
+	cache      bool         // conns keep their scratch (Options.Cache)
 
 	mu     sync.Mutex // guards nics and closed
 	nics   []*nic
@@ -80,7 +81,7 @@ func New(opts *Options) (*Stack, error) {
 		s.Destroy()
 		return nil, err
 	}
-	return &Stack{s: s, udpRecvErr: o.UDPRecvErr, poller: p}, nil
+	return &Stack{s: s, udpRecvErr: o.UDPRecvErr, poller: p, cache: o.Cache.On()}, nil
 }
 
 // GVisor returns the underlying gVisor stack, for what this package does not
