@@ -12,6 +12,7 @@ import (
 	"github.com/ustack-dev/ustack/link/tun"
 	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
+	"github.com/ustack-dev/ustack/stack"
 )
 
 // Test names.
@@ -68,6 +69,10 @@ type Config struct {
 	Qdisc string
 	// BusyPoll is the ustack hosts' busy polling (package poll).
 	BusyPoll poll.Mode
+	// Cache turns the ustack hosts' buffer caches on or off: their conns'
+	// scratch (stack.Options.Cache) and their device endpoints' caches
+	// (afpacket and tun NoCache). CacheDefault means each one's default.
+	Cache    stack.CacheMode
 	Senders  int
 	Size     int // message size in bytes; 0 means DefaultSize(Test)
 	Duration time.Duration
@@ -104,10 +109,14 @@ func (c Config) size() int {
 
 // String names the cell for progress lines and errors.
 func (c Config) String() string {
+	s := fmt.Sprintf("%s/%s/%s", c.Test, c.Link, c.Qdisc)
 	if c.BusyPoll.Kind != poll.Off {
-		return fmt.Sprintf("%s/%s/%s/busypoll=%v/%d", c.Test, c.Link, c.Qdisc, c.BusyPoll, c.Senders)
+		s += fmt.Sprintf("/busypoll=%v", c.BusyPoll)
 	}
-	return fmt.Sprintf("%s/%s/%s/%d", c.Test, c.Link, c.Qdisc, c.Senders)
+	if c.Cache != stack.CacheDefault {
+		s += "/cache=" + c.Cache.String()
+	}
+	return fmt.Sprintf("%s/%d", s, c.Senders)
 }
 
 // Validate checks a cell and says what is valid when it is not.
@@ -162,9 +171,12 @@ type Plan struct {
 	Qdiscs []string
 	// BusyPolls are the busy polling modes to compare; nil means off only.
 	BusyPolls []poll.Mode
-	Senders   []int
-	Size      int
-	Duration  time.Duration
+	// Caches are the buffer cache settings to compare; nil means the
+	// default only.
+	Caches   []stack.CacheMode
+	Senders  []int
+	Size     int
+	Duration time.Duration
 	// Count is how many times each cell runs; the result is the median.
 	// 0 means AutoCount.
 	Count        int
@@ -178,8 +190,10 @@ type Plan struct {
 }
 
 // Cells returns the plan's configurations in report order: by link, then
-// test, then qdisc, then busy polling mode, then senders. A kveth link runs
-// once per test and senders, with the kernel's qdisc and no busy polling.
+// test, then qdisc, then busy polling mode, then senders, then cache
+// setting (so that a cache off/on pair sits side by side). A kveth link
+// runs once per test and senders, with the kernel's qdisc, no busy polling
+// and no cache setting (it has no ustack host).
 func (p Plan) Cells() []Config {
 	var cells []Config
 	for _, l := range p.Links {
@@ -191,12 +205,18 @@ func (p Plan) Cells() []Config {
 		if len(polls) == 0 || l == "kveth" {
 			polls = []poll.Mode{{}}
 		}
+		caches := p.Caches
+		if len(caches) == 0 || l == "kveth" {
+			caches = []stack.CacheMode{stack.CacheDefault}
+		}
 		for _, t := range p.Tests {
 			for _, q := range qdiscs {
 				for _, bp := range polls {
 					for _, n := range p.Senders {
-						cells = append(cells, Config{Test: t, Link: l, Qdisc: q, BusyPoll: bp, Senders: n, Size: p.Size, Duration: p.Duration,
-							Mem: p.Mem, QdiscOptions: p.QdiscOptions, Reverse: p.Reverse, MTU: p.MTU, Impair: p.Impair, AFPacket: p.AFPacket, Tun: p.Tun})
+						for _, cm := range caches {
+							cells = append(cells, Config{Test: t, Link: l, Qdisc: q, BusyPoll: bp, Cache: cm, Senders: n, Size: p.Size, Duration: p.Duration,
+								Mem: p.Mem, QdiscOptions: p.QdiscOptions, Reverse: p.Reverse, MTU: p.MTU, Impair: p.Impair, AFPacket: p.AFPacket, Tun: p.Tun})
+						}
 					}
 				}
 			}

@@ -63,7 +63,7 @@ func WriteJSON(w io.Writer, rs []Result) error {
 }
 
 // csvHeader is the CSV header: the JSON field names, in order.
-var csvHeader = []string{"test", "link", "qdisc", "senders", "size", "duration_s", "sent_pps", "recv_pps", "gbps", "tps", "loss_pct", "cpu_ns_per_op", "allocs_per_op", "bytes_per_op", "vcsw", "ivcsw", "p50_us", "p99_us", "p999_us", "busypoll"}
+var csvHeader = []string{"test", "link", "qdisc", "senders", "size", "duration_s", "sent_pps", "recv_pps", "gbps", "tps", "loss_pct", "cpu_ns_per_op", "allocs_per_op", "bytes_per_op", "vcsw", "ivcsw", "p50_us", "p99_us", "p999_us", "busypoll", "cache", "peak_rss_mib"}
 
 // WriteCSV writes a header row and one row per result, with full precision.
 func WriteCSV(w io.Writer, rs []Result) error {
@@ -75,7 +75,7 @@ func WriteCSV(w io.Writer, rs []Result) error {
 	for _, r := range rs {
 		row := []string{r.Test, r.Link, r.Qdisc, strconv.Itoa(r.Senders), strconv.Itoa(r.Size), f(r.DurationS),
 			f(r.SentPPS), f(r.RecvPPS), f(r.Gbps), f(r.TPS), f(r.LossPct), f(r.CPUNsPerOp), f(r.AllocsPerOp), f(r.BytesPerOp),
-			f(r.VCSW), f(r.IVCSW), f(r.P50us), f(r.P99us), f(r.P999us), r.BusyPoll}
+			f(r.VCSW), f(r.IVCSW), f(r.P50us), f(r.P99us), f(r.P999us), r.BusyPoll, r.Cache, f(r.PeakRSSMiB)}
 		if err := cw.Write(row); err != nil {
 			return err
 		}
@@ -86,21 +86,31 @@ func WriteCSV(w io.Writer, rs []Result) error {
 
 // WriteTable writes an aligned table, with a last column comparing each
 // row's headline rate with the first row's at the same test and senders.
-// A busypoll column appears when any row busy polls.
+// A busypoll column appears when any row busy polls, a cache column when
+// the rows differ in their cache setting.
 func WriteTable(w io.Writer, rs []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	polling := slices.ContainsFunc(rs, func(r Result) bool { return r.BusyPoll != "" && r.BusyPoll != "off" })
+	caching := slices.ContainsFunc(rs, func(r Result) bool { return r.Cache == "off" }) &&
+		slices.ContainsFunc(rs, func(r Result) bool { return r.Cache == "on" })
 	bp := func(r Result) string {
-		if !polling {
-			return ""
+		s := ""
+		if polling {
+			s += r.BusyPoll + "\t"
 		}
-		return r.BusyPoll + "\t"
+		if caching {
+			s += r.Cache + "\t"
+		}
+		return s
 	}
 	head := "test\tlink\tqdisc\t"
 	if polling {
 		head += "busypoll\t"
 	}
-	fmt.Fprintln(tw, head+"senders\tsize\tsent_pps\trecv_pps\tgbps\ttps\tloss%\tcpu_ns/op\tallocs/op\tB/op\tvcsw\tivcsw\tp50_us\tp99_us\tp999_us\tvs_first\t")
+	if caching {
+		head += "cache\t"
+	}
+	fmt.Fprintln(tw, head+"senders\tsize\tsent_pps\trecv_pps\tgbps\ttps\tloss%\tcpu_ns/op\tallocs/op\tB/op\tvcsw\tivcsw\tp50_us\tp99_us\tp999_us\trss_MiB\tvs_first\t")
 	ratios := Ratio(rs)
 	for i, r := range rs {
 		ratio := "-"
@@ -118,9 +128,9 @@ func WriteTable(w io.Writer, rs []Result) error {
 		if rr {
 			tps = si(r.TPS)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s%d\t%d\t%s\t%s\t%.3f\t%s\t%.2f\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s%d\t%d\t%s\t%s\t%.3f\t%s\t%.2f\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%.0f\t%s\t\n",
 			r.Test, r.Link, r.Qdisc, bp(r), r.Senders, r.Size, si(r.SentPPS), si(r.RecvPPS), r.Gbps, tps, r.LossPct,
-			r.CPUNsPerOp, r.AllocsPerOp, r.BytesPerOp, r.VCSW, r.IVCSW, lat(r.P50us), lat(r.P99us), lat(r.P999us), ratio)
+			r.CPUNsPerOp, r.AllocsPerOp, r.BytesPerOp, r.VCSW, r.IVCSW, lat(r.P50us), lat(r.P99us), lat(r.P999us), r.PeakRSSMiB, ratio)
 	}
 	return tw.Flush()
 }

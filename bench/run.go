@@ -3,7 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
-	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +54,14 @@ type Result struct {
 	// BusyPollStats what their busy-polling readers did in the window.
 	BusyPoll      string         `json:"busypoll"`
 	BusyPollStats *BusyPollStats `json:"busypoll_stats,omitempty"`
+	// Cache is the ustack hosts' buffer cache setting, "on" or "off"
+	// ("-" for kveth, which has no ustack host).
+	Cache string `json:"cache"`
+	// PeakRSSMiB is the process's peak resident memory during the cell,
+	// from building the hosts to closing them, in MiB (Linux: VmHWM, reset
+	// before the cell; 0 where that is not available). Each cell starts
+	// after a collection that returns free memory to the OS.
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
 }
 
 // BusyPollStats holds the busy polling counters of both ustack hosts for
@@ -137,13 +145,20 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		return Result{}, err
 	}
 	// Start every cell from the same heap state, so that one cell's garbage
-	// is not collected on the next one's time.
-	runtime.GC()
+	// is not collected on the next one's time, and with the memory earlier
+	// cells left free given back, so that the peak is this cell's.
+	debug.FreeOSMemory()
+	rssReset := resetPeakRSS()
 	topo, err := newTopology(c)
 	if err != nil {
 		return Result{}, fmt.Errorf("%v: build hosts: %w", c, err)
 	}
-	defer topo.close()
+	closed := false
+	defer func() {
+		if !closed {
+			topo.close()
+		}
+	}()
 	r := &cell{c: c, topo: topo, size: c.size()}
 	var w workload
 	switch c.Test {
@@ -186,6 +201,11 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		return Result{}, fmt.Errorf("%v: %w", c, err)
 	}
 	res := r.result(u0, u1, wire{tx: tx1 - tx0, rx: rx1 - rx0, lost: lost1 - lost0}, b1-b0, t)
+	closed = true
+	topo.close()
+	if rssReset {
+		res.PeakRSSMiB = peakRSSMiB()
+	}
 	if q1c != nil || q1s != nil {
 		res.Contention = &Contention{Client: since(q0c, q1c), Server: since(q0s, q1s)}
 	}
@@ -219,7 +239,10 @@ type wire struct{ tx, rx, lost uint64 }
 func (r *cell) result(u0, u1 usage, w wire, tcpBytes uint64, t tally) Result {
 	c := r.c
 	win := u1.at.Sub(u0.at).Seconds()
-	res := Result{Test: c.Test, Link: c.Link, Qdisc: c.Qdisc, BusyPoll: c.BusyPoll.String(), Senders: c.Senders, Size: r.size, DurationS: win}
+	res := Result{Test: c.Test, Link: c.Link, Qdisc: c.Qdisc, BusyPoll: c.BusyPoll.String(), Cache: c.Cache.String(), Senders: c.Senders, Size: r.size, DurationS: win}
+	if c.Link == "kveth" {
+		res.Cache = "-"
+	}
 	var ops, bytes uint64
 	switch c.Test {
 	case UDPStream:

@@ -23,6 +23,7 @@ import (
 	"github.com/ustack-dev/ustack/link/tun"
 	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
+	"github.com/ustack-dev/ustack/stack"
 )
 
 // progressAfter is how long a run must be expected to take before it gets
@@ -59,6 +60,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		plotPath = fs.String("plot", "", "also draw rate against senders into this PNG file")
 		qlimit   = fs.Int("qdisc-limit", sched.DefaultLimit, "queue length of every qdisc, in packets")
 		busyPoll = fs.String("busypoll", "off", "ustack hosts' busy polling, comma-separated modes to compare: off, on:<us>, spin:<us> (ignores runnable goroutines; for comparison), adaptive[:<us>]")
+		caches   = fs.String("cache", "default", "ustack hosts' buffer caches, comma-separated settings to compare: on, off, default ("+stack.DefaultCache.String()+")")
 		contend  = fs.Bool("contention", false, "after the table, print each cell's qdisc counters, lock contention and WritePacket latency histogram (JSON always carries them)")
 	)
 	fs.Usage = func() {
@@ -102,6 +104,18 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		}
 		if len(p.BusyPolls) == 0 {
 			return p, usageError{errors.New("-busypoll: give at least one mode (off, on:<us>, spin:<us>, adaptive)")}
+		}
+		for _, m := range splitList(*caches) {
+			cm, err := parseCache(m)
+			if err != nil {
+				return p, usageError{fmt.Errorf("-cache: %w", err)}
+			}
+			if !slices.Contains(p.Caches, cm) {
+				p.Caches = append(p.Caches, cm)
+			}
+		}
+		if len(p.Caches) == 0 {
+			return p, usageError{errors.New("-cache: give at least one setting (on, off, default)")}
 		}
 		if *count < 0 {
 			return p, usageError{fmt.Errorf("-count %d: must be 0 (automatic) or more", *count)}
@@ -229,6 +243,19 @@ func parseList(s string, valid []string, what string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// parseCache reads one -cache setting.
+func parseCache(s string) (stack.CacheMode, error) {
+	switch s {
+	case "on":
+		return stack.CacheOn, nil
+	case "off":
+		return stack.CacheOff, nil
+	case "default":
+		return stack.CacheDefault, nil
+	}
+	return 0, fmt.Errorf("unknown setting %q: valid settings are on, off, default", s)
 }
 
 // parseInts reads a comma-separated list of sender counts.
