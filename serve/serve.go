@@ -45,9 +45,7 @@ type Config struct {
 type Host struct {
 	st      *stack.Stack
 	svc     *Services
-	metrics *http.Server
-	mln     net.Listener
-	done    chan struct{} // closed when the metrics server has stopped
+	metrics *MetricsServer
 }
 
 // New builds the stack, starts the services and the metrics endpoint.
@@ -97,27 +95,9 @@ func New(cfg Config) (*Host, error) {
 		return fail(err)
 	}
 	if cfg.Metrics != "" {
-		// Ours, and the Go runtime's and the process's (goroutines,
-		// heap, resident memory, open descriptors), which a soak or a
-		// leak hunt watches.
-		reg := prometheus.NewRegistry()
-		for _, c := range []prometheus.Collector{NewCollector(st, h.svc), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
-			if err := reg.Register(c); err != nil {
-				return fail(fmt.Errorf("serve: metrics: %w", err))
-			}
+		if h.metrics, err = ServeMetrics(cfg.Metrics, NewCollector(st, h.svc)); err != nil {
+			return fail(fmt.Errorf("serve: %w", err))
 		}
-		h.mln, err = net.Listen("tcp", cfg.Metrics)
-		if err != nil {
-			return fail(fmt.Errorf("serve: metrics on %s: %w", cfg.Metrics, err))
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		h.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		h.done = make(chan struct{})
-		go func() {
-			defer close(h.done)
-			h.metrics.Serve(h.mln)
-		}()
 	}
 	return h, nil
 }
@@ -130,21 +110,18 @@ func (h *Host) Services() *Services { return h.svc }
 
 // MetricsAddr returns where metrics are served, or "" if they are off.
 func (h *Host) MetricsAddr() string {
-	if h.mln == nil {
+	if h.metrics == nil {
 		return ""
 	}
-	return h.mln.Addr().String()
+	return h.metrics.Addr()
 }
 
 // Close stops the metrics endpoint and the services, then the stack (which
 // closes the link). Idempotent.
 func (h *Host) Close() error {
 	if h.metrics != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		h.metrics.Shutdown(ctx)
-		cancel()
+		h.metrics.Close()
 		h.metrics = nil
-		<-h.done
 	}
 	if h.svc != nil {
 		h.svc.Close()
@@ -183,4 +160,49 @@ func qdiscName(q string) string {
 		return sched.None
 	}
 	return q
+}
+
+// MetricsServer serves Prometheus metrics over HTTP at /metrics.
+type MetricsServer struct {
+	srv  *http.Server
+	ln   net.Listener
+	done chan struct{} // closed when Serve has returned
+}
+
+// ServeMetrics serves the given collectors, and the Go runtime's and the
+// process's (goroutines, heap, resident memory, open descriptors, which a
+// soak or a leak hunt watches), on addr, a host (kernel) address such as
+// 127.0.0.1:9100.
+func ServeMetrics(addr string, cs ...prometheus.Collector) (*MetricsServer, error) {
+	reg := prometheus.NewRegistry()
+	cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	m := &MetricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln: ln, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		m.srv.Serve(ln)
+	}()
+	return m, nil
+}
+
+// Addr returns the address metrics are served on.
+func (m *MetricsServer) Addr() string { return m.ln.Addr().String() }
+
+// Close stops the server, waiting up to 5 s for scrapes in progress.
+func (m *MetricsServer) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := m.srv.Shutdown(ctx)
+	<-m.done
+	return err
 }

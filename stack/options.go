@@ -29,6 +29,13 @@ type Options struct {
 	// (package poll). The zero value, off, is the default: whether it pays
 	// depends on idle cores, see the README's busy polling results.
 	BusyPoll poll.Mode
+	// Relay is for a stack that terminates flows to any address (a NIC in
+	// promiscuous mode, as package sandbox runs it): packets to the
+	// stack's own addresses go out of the NIC rather than being delivered
+	// locally, because with local delivery on gVisor takes every source
+	// address on a promiscuous NIC for one of its own and drops the
+	// packet as a martian.
+	Relay bool
 	// Cache says whether the stack's conns keep their read and write
 	// scratch (see CacheMode); CacheDefault means DefaultCache. The links'
 	// own caches are their options' (afpacket.Options.NoCache,

@@ -60,7 +60,7 @@ func New(opts *Options) (*Stack, error) {
 		TransportProtocols: []gstack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
 		// Packets to the host's own addresses are delivered locally, as a
 		// kernel does, rather than sent out of a NIC.
-		HandleLocal: true,
+		HandleLocal: !o.Relay,
 	})
 	err := tcpOpts.apply(func(opt tcpip.SettableTransportProtocolOption) tcpip.Error {
 		return s.SetTransportProtocolOption(tcp.ProtocolNumber, opt)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/ustack-dev/ustack/sandbox"
 )
 
 const usage = `ustack: a userspace TCP/UDP/IP stack
@@ -15,12 +17,19 @@ Usage:
                          against the Linux stack over veth or TUN)
   ustack serve [flags]   run a ustack host with echo, discard and HTTP
                          services on an interface or TUN device
+  ustack tun [flags] -- CMD [ARGS...]
+                         run CMD in a network namespace whose network is
+                         ustack, relaying its flows to host sockets
   ustack help [command]  show help
 
-Run 'ustack bench -h' or 'ustack serve -h' for a command's flags.
+Run 'ustack bench -h', 'ustack serve -h' or 'ustack tun -h' for a
+command's flags.
 `
 
 func main() {
+	// First: in the helper that starts a sandbox's command, this becomes
+	// the command and never returns.
+	sandbox.Init()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -36,6 +45,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return benchMain(args[1:], stdout, stderr)
 	case "serve":
 		return serveMain(args[1:], stdout, stderr)
+	case "tun":
+		return tunMain(args[1:], os.Stdin, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 && args[1] == "bench" {
 			return benchMain([]string{"-h"}, stdout, stderr)
@@ -43,10 +54,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if len(args) > 1 && args[1] == "serve" {
 			return serveMain([]string{"-h"}, stdout, stderr)
 		}
+		if len(args) > 1 && args[1] == "tun" {
+			return tunMain([]string{"-h"}, os.Stdin, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "ustack: unknown command %q: valid commands are bench, serve, help\n", args[0])
+		fmt.Fprintf(stderr, "ustack: unknown command %q: valid commands are bench, serve, tun, help\n", args[0])
 		return 2
 	}
 }

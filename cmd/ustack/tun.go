@@ -1,0 +1,282 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/ustack-dev/ustack/poll"
+	"github.com/ustack-dev/ustack/sandbox"
+	"github.com/ustack-dev/ustack/sched"
+	"github.com/ustack-dev/ustack/serve"
+)
+
+// listFlag collects a repeatable flag; each use may also be a
+// comma-separated list.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error {
+	*l = append(*l, splitList(s)...)
+	return nil
+}
+
+func tunMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ustack tun", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	d := sandbox.Config{}
+	var allow, deny, fwds listFlag
+	var (
+		nsPath     = fs.String("netns", "", "serve an existing network namespace (e.g. /var/run/netns/NAME) instead of creating one")
+		pid        = fs.Int("pid", 0, "serve the network namespace of this process, as slirp4netns does")
+		device     = fs.String("device", sandbox.DefaultDevice, "name of the TUN device inside the namespace")
+		addr4      = fs.String("addr", sandbox.DefaultAddr4.String(), "the sandbox's IPv4 address")
+		gw4        = fs.String("gw", sandbox.DefaultGateway4.String(), "the gateway: ustack's address, and the host's loopback with -allow-host-loopback")
+		dns4       = fs.String("dns", sandbox.DefaultDNS4.String(), "ustack's DNS address, relayed to the host's resolver")
+		addr6      = fs.String("addr6", sandbox.DefaultAddr6.String(), "the sandbox's IPv6 address")
+		gw6        = fs.String("gw6", sandbox.DefaultGateway6.String(), "the IPv6 gateway")
+		dns6       = fs.String("dns6", sandbox.DefaultDNS6.String(), "ustack's IPv6 DNS address")
+		noIPv6     = fs.Bool("no-ipv6", false, "no IPv6 in the sandbox")
+		mtu        = fs.Uint("mtu", sandbox.DefaultMTU, "MTU of the TUN device")
+		offload    = fs.Bool("offload", true, "virtio-net offloads (checksum, TSO, USO) on the TUN device")
+		queues     = fs.Int("queues", 1, "TUN device queues, each with its own receive goroutine")
+		qdisc      = fs.String("qdisc", sched.None, "queueing discipline towards the sandbox: "+strings.Join(sched.Names(), ", "))
+		busyPoll   = fs.String("busypoll", "off", "busy polling: off, on:<us>, spin:<us>, adaptive[:<us>]")
+		upstream   = fs.String("dns-upstream", "", "resolver for DNS queries, ADDR[:PORT] (default: the host's first nameserver); off turns the DNS relay off")
+		resolv     = fs.Bool("resolv-conf", true, "give CMD a private /etc/resolv.conf naming the DNS address")
+		hostLoop   = fs.Bool("allow-host-loopback", false, "let the sandbox reach the host's loopback (127.0.0.1, ::1) through the gateway address")
+		maxFlows   = fs.Int("max-flows", sandbox.DefaultMaxFlows, "most flows at once, all protocols (-1: no limit)")
+		maxTCP     = fs.Int("max-tcp", sandbox.DefaultMaxTCP, "most TCP connections at once (-1: no limit)")
+		maxUDP     = fs.Int("max-udp", sandbox.DefaultMaxUDP, "most UDP mappings at once (-1: no limit)")
+		maxHalf    = fs.Int("max-half-open", sandbox.DefaultMaxHalfOpen, "most TCP connections waiting for their host-side connect")
+		tcpBuf     = fs.Int("tcp-buffer", sandbox.DefaultTCPBuffer, "most bytes gVisor buffers per direction of one TCP flow")
+		udpIdle    = fs.Duration("udp-timeout", sandbox.DefaultUDPIdleTimeout, "a UDP mapping ends after this long without traffic")
+		connTO     = fs.Duration("connect-timeout", sandbox.DefaultConnectTimeout, "limit on a host-side TCP connect")
+		metrics    = fs.String("metrics", "", "serve Prometheus metrics on this host address, e.g. 127.0.0.1:9100")
+		printStats = fs.Bool("stats", false, "print the relay's counters on exit")
+	)
+	fs.Var(&allow, "allow", "CIDR the sandbox may reach; repeatable; with any, nothing else is reachable")
+	fs.Var(&deny, "deny", "CIDR the sandbox may not reach; repeatable; wins over -allow")
+	fs.Var(&fwds, "p", "port forward [HOSTIP:]HOSTPORT:PORT[/udp] from the host into the sandbox (HOSTIP defaults to 127.0.0.1); repeatable")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `Usage: ustack tun [flags] -- CMD [ARGS...]
+       ustack tun [flags] -netns PATH | -pid PID [-- CMD [ARGS...]]
+
+Gives a network namespace its network through ustack: the namespace's only
+route is a TUN device served by ustack in this process, which relays every
+flow to host sockets. With CMD, runs it in a new namespace (or the given
+one) and exits with its status; without, serves until SIGINT or SIGTERM.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	usage := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "ustack tun: "+format+"\n", a...)
+		return 2
+	}
+	cmdArgs := fs.Args()
+	switch {
+	case *nsPath != "" && *pid != 0:
+		return usage("give -netns or -pid, not both")
+	case *pid < 0:
+		return usage("-pid %d: not a process ID", *pid)
+	case *pid > 0:
+		*nsPath = fmt.Sprintf("/proc/%d/ns/net", *pid)
+	}
+	if *nsPath == "" && len(cmdArgs) == 0 {
+		return usage("nothing to run: give -- CMD [ARGS...], or -netns PATH or -pid PID to serve a namespace")
+	}
+	var err error
+	parse := func(name, v string, bits int) netip.Prefix {
+		if err != nil {
+			return netip.Prefix{}
+		}
+		var p netip.Prefix
+		if p, err = netip.ParsePrefix(v); err != nil {
+			err = fmt.Errorf("%s %q: want a CIDR such as %s", name, v, map[int]string{4: "198.18.0.100/24", 6: "fd00:198:18::100/64"}[bits])
+		}
+		return p
+	}
+	parseAddr := func(name, v string) netip.Addr {
+		if err != nil {
+			return netip.Addr{}
+		}
+		var a netip.Addr
+		if a, err = netip.ParseAddr(v); err != nil {
+			err = fmt.Errorf("%s %q: not an IP address", name, v)
+		}
+		return a
+	}
+	d.Addr4, d.Gateway4, d.DNS4 = parse("-addr", *addr4, 4), parseAddr("-gw", *gw4), parseAddr("-dns", *dns4)
+	d.Addr6, d.Gateway6, d.DNS6 = parse("-addr6", *addr6, 6), parseAddr("-gw6", *gw6), parseAddr("-dns6", *dns6)
+	for _, l := range []struct {
+		name string
+		in   []string
+		out  *[]netip.Prefix
+	}{{"-allow", allow, &d.Allow}, {"-deny", deny, &d.Deny}} {
+		for _, v := range l.in {
+			if p := parse(l.name, v, 4); err == nil {
+				*l.out = append(*l.out, p.Masked())
+			}
+		}
+	}
+	if err != nil {
+		return usage("%v", err)
+	}
+	for _, v := range fwds {
+		f, err := sandbox.ParseForward(v)
+		if err != nil {
+			return usage("-p: %v", err)
+		}
+		d.Forwards = append(d.Forwards, f)
+	}
+	switch *upstream {
+	case "":
+	case "off":
+		d.NoDNS = true
+	default:
+		ap, err := netip.ParseAddrPort(*upstream)
+		if err != nil {
+			a, aerr := netip.ParseAddr(*upstream)
+			if aerr != nil {
+				return usage("-dns-upstream %q: want ADDR, ADDR:PORT, [ADDR6]:PORT or off", *upstream)
+			}
+			ap = netip.AddrPortFrom(a, 53)
+		}
+		d.DNSUpstream = ap
+	}
+	if !sched.Known(*qdisc) {
+		return usage("%v", &sched.UnknownError{Name: *qdisc})
+	}
+	if d.BusyPoll, err = poll.Parse(*busyPoll); err != nil {
+		return usage("-busypoll: %v", err)
+	}
+	for _, l := range []struct {
+		name string
+		v    int
+	}{{"-max-flows", *maxFlows}, {"-max-tcp", *maxTCP}, {"-max-udp", *maxUDP}, {"-max-half-open", *maxHalf}} {
+		if l.v == 0 || l.v < -1 {
+			return usage("%s %d: want a positive limit, or -1 for none", l.name, l.v)
+		}
+	}
+	if *maxHalf < 1 {
+		return usage("-max-half-open %d: must be at least 1", *maxHalf)
+	}
+	if *udpIdle <= 0 || *connTO <= 0 {
+		return usage("-udp-timeout and -connect-timeout must be positive")
+	}
+	if *queues < 1 {
+		return usage("-queues %d: must be at least 1", *queues)
+	}
+	if *mtu > 65535 {
+		return usage("-mtu %d: must be at most 65520", *mtu)
+	}
+	d.NetNS, d.Device, d.NoIPv6, d.MTU, d.NoOffload, d.Queues, d.Qdisc = *nsPath, *device, *noIPv6, uint32(*mtu), !*offload, *queues, *qdisc
+	d.ResolvConf, d.AllowHostLoopback = *resolv, *hostLoop
+	d.MaxFlows, d.MaxTCP, d.MaxUDP, d.MaxHalfOpen, d.TCPBuffer = *maxFlows, *maxTCP, *maxUDP, *maxHalf, *tcpBuf
+	d.UDPIdleTimeout, d.ConnectTimeout = *udpIdle, *connTO
+
+	// Signals arrive from here on: a terminal's Ctrl-C reaches CMD itself
+	// (same process group), SIGTERM is passed on, and without CMD either
+	// one ends the service.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	sb, err := sandbox.New(d)
+	if err != nil {
+		fmt.Fprintf(stderr, "ustack tun: %v\n", err)
+		return 1
+	}
+	status := 0
+	defer func() {
+		if err := sb.Close(); err != nil {
+			fmt.Fprintf(stderr, "ustack tun: close: %v\n", err)
+		}
+		if *printStats {
+			writeTunStats(stderr, sb.Stats())
+		}
+	}()
+	if *metrics != "" {
+		m, err := serve.ServeMetrics(*metrics, sandbox.NewCollector(sb), serve.NewCollector(sb.Stack(), nil))
+		if err != nil {
+			fmt.Fprintf(stderr, "ustack tun: %v\n", err)
+			return 1
+		}
+		defer m.Close()
+	}
+	if len(cmdArgs) == 0 {
+		fmt.Fprintf(stderr, "ustack tun: serving %s on %s (%v, gateway %v, DNS %v)\n", d.NetNS, sb.Device(), sb.Config().Addr4, sb.Config().Gateway4, sb.Config().DNS4)
+		<-sigs
+		return 0
+	}
+	cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	done := make(chan struct{})
+	var proc *os.Process
+	started := make(chan struct{})
+	go func() {
+		defer close(done)
+		err = sb.Run(cmd, func(p *os.Process) { proc = p; close(started) })
+	}()
+	for {
+		select {
+		case s := <-sigs:
+			select {
+			case <-started:
+				if s != os.Interrupt {
+					proc.Signal(s)
+				}
+			default:
+			}
+			continue
+		case <-done:
+		}
+		break
+	}
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit):
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			status = 128 + int(ws.Signal())
+		} else {
+			status = exit.ExitCode()
+		}
+	default:
+		fmt.Fprintf(stderr, "ustack tun: %s: %v\n", cmdArgs[0], err)
+		status = 127
+	}
+	return status
+}
+
+// writeTunStats prints the relay's counters, one per line.
+func writeTunStats(w io.Writer, st sandbox.Stats) {
+	fmt.Fprintf(w, "ustack tun: tcp flows %d (now %d), udp mappings %d (now %d), dns queries %d, forwards %d (failed %d)\n",
+		st.TCPOpened, st.TCPFlows, st.UDPOpened, st.UDPFlows, st.DNSQueries, st.ForwardConns, st.ForwardFailed)
+	fmt.Fprintf(w, "ustack tun: tcp bytes up %d down %d, udp datagrams up %d down %d (dropped %d), connects failed %d, resets %d\n",
+		st.TCPBytesUp, st.TCPBytesDown, st.UDPPacketsUp, st.UDPPacketsDn, st.UDPDropped, st.ConnectFailed, st.TCPResets)
+	var refused []string
+	for _, r := range sandbox.Reasons() {
+		if n := st.Refused[r]; n > 0 {
+			refused = append(refused, fmt.Sprintf("%s %d", r, n))
+		}
+	}
+	if len(refused) > 0 {
+		fmt.Fprintf(w, "ustack tun: refused: %s\n", strings.Join(refused, ", "))
+	}
+}

@@ -1,0 +1,276 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ustack-dev/ustack/link/tun"
+	"github.com/ustack-dev/ustack/poll"
+)
+
+// Defaults of Config. The IPv4 addresses are in 198.18.0.0/15, the range
+// reserved for benchmarking (RFC 2544), so they clash with no real network
+// the host may route to; the IPv6 ones are in fd00::/8 (unique local).
+var (
+	DefaultAddr4    = netip.MustParsePrefix("198.18.0.100/24")
+	DefaultGateway4 = netip.MustParseAddr("198.18.0.1")
+	DefaultDNS4     = netip.MustParseAddr("198.18.0.3")
+	DefaultAddr6    = netip.MustParsePrefix("fd00:198:18::100/64")
+	DefaultGateway6 = netip.MustParseAddr("fd00:198:18::1")
+	DefaultDNS6     = netip.MustParseAddr("fd00:198:18::3")
+)
+
+const (
+	// DefaultMTU is the largest MTU a TUN device takes (65520, what
+	// slirp4netns and pasta use): with offloads on, TCP moves 64 KiB
+	// super-segments either way.
+	DefaultMTU = tun.MaxMTU
+	// DefaultDevice names the TUN device inside the sandbox.
+	DefaultDevice = "tun0"
+	// DefaultMaxFlows bounds the relayed flows of all protocols at once.
+	// Each flow costs two host sockets' worth of kernel memory and, at
+	// most, its gVisor buffers; 8192 stays far below the default fd limit
+	// we raise to (see raiseNoFile) and within a few hundred MiB.
+	DefaultMaxFlows = 8192
+	// DefaultMaxTCP and DefaultMaxUDP bound each protocol's share.
+	DefaultMaxTCP = 4096
+	DefaultMaxUDP = 4096
+	// DefaultMaxHalfOpen bounds TCP connections that are waiting for their
+	// host-side connect: a SYN flood to unresponsive destinations costs at
+	// most this many goroutines and sockets. Linux's default
+	// tcp_max_syn_backlog is 128 to 1024 by memory; 256 is in that range.
+	DefaultMaxHalfOpen = 256
+	// DefaultTCPBuffer is the most gVisor buffers per direction of one
+	// relayed TCP flow (receive and send buffer maximum): 4 MiB keeps a
+	// 10 Gbit/s flow at 3 ms RTT busy and bounds a flow's memory in this
+	// process to about twice that.
+	DefaultTCPBuffer = 4 << 20
+	// DefaultUDPIdleTimeout ends a UDP mapping after this long without a
+	// datagram either way: Linux conntrack keeps a UDP stream 120 s and a
+	// one-way exchange 30 s; 60 s sits between.
+	DefaultUDPIdleTimeout = 60 * time.Second
+	// DefaultConnectTimeout bounds a host-side TCP connect for one flow.
+	DefaultConnectTimeout = 10 * time.Second
+)
+
+// Config describes a sandbox. The zero value of a field means its default
+// (see the Default constants and variables), except the booleans, which
+// default to false.
+type Config struct {
+	// NetNS is the path of an existing network namespace to serve, such as
+	// /var/run/netns/NAME or /proc/PID/ns/net; "" creates a new one that
+	// lives as long as the Sandbox (and the processes started in it).
+	NetNS string
+	// Device names the TUN device inside the namespace.
+	Device string
+	// Addr4 and Addr6 are the sandbox's addresses; Gateway4, Gateway6,
+	// DNS4 and DNS6 ustack's, in the same prefixes. NoIPv6 leaves IPv6 off.
+	Addr4, Addr6       netip.Prefix
+	Gateway4, Gateway6 netip.Addr
+	DNS4, DNS6         netip.Addr
+	NoIPv6             bool
+	// MTU of the TUN device; NoOffload turns its virtio-net offloads off.
+	MTU       uint32
+	NoOffload bool
+	// Queues is the TUN device's queue count (one receive goroutine each).
+	Queues int
+	// Qdisc names the NIC's queueing discipline (package sched); "" is none.
+	Qdisc string
+	// BusyPoll is the stack's busy-polling mode (stack.Options.BusyPoll).
+	BusyPoll poll.Mode
+
+	// DNSUpstream is the resolver that DNS queries to DNS4/DNS6 go to;
+	// the zero value means the first nameserver of the host's
+	// /etc/resolv.conf. NoDNS turns the DNS relay off.
+	DNSUpstream netip.AddrPort
+	NoDNS       bool
+	// ResolvConf, when starting a command, gives it a private
+	// /etc/resolv.conf naming DNS4 (and DNS6), in a mount namespace of its
+	// own; the host's file is untouched.
+	ResolvConf bool
+
+	// AllowHostLoopback maps the gateway addresses to the host's loopback
+	// (127.0.0.1 and ::1); without it they refuse every flow.
+	AllowHostLoopback bool
+	// Allow, if not empty, is the set of destinations the sandbox may
+	// reach; Deny is refused even if Allow covers it.
+	Allow, Deny []netip.Prefix
+	// Limits; zero means the default, negative means none.
+	MaxFlows, MaxTCP, MaxUDP, MaxHalfOpen int
+	// TCPBuffer is the most gVisor buffers per direction of a TCP flow.
+	TCPBuffer int
+	// UDPIdleTimeout ends an idle UDP mapping; ConnectTimeout bounds a
+	// host-side TCP connect.
+	UDPIdleTimeout, ConnectTimeout time.Duration
+
+	// Forwards carry host connections into the sandbox.
+	Forwards []Forward
+}
+
+// Forward is a port forward from the host into the sandbox, like
+// slirp4netns's hostfwd and pasta's -t/-u.
+type Forward struct {
+	// UDP forwards datagrams; otherwise TCP connections.
+	UDP bool
+	// Host is where the host listens.
+	Host netip.AddrPort
+	// Port is the sandbox port the flows go to, at Addr4 (or Addr6 when
+	// Host is an IPv6 address).
+	Port uint16
+}
+
+// String formats f as ParseForward reads it.
+func (f Forward) String() string {
+	s := fmt.Sprintf("%s:%d", f.Host, f.Port)
+	if f.UDP {
+		s += "/udp"
+	}
+	return s
+}
+
+// ParseForward reads a port forward: [HOSTIP:]HOSTPORT:PORT[/tcp|/udp].
+// Without HOSTIP the host listens on 127.0.0.1 only: exposing a sandbox
+// port to the network takes an explicit 0.0.0.0 or [::].
+func ParseForward(s string) (Forward, error) {
+	var f Forward
+	spec := s
+	if i := strings.LastIndexByte(spec, '/'); i >= 0 {
+		switch strings.ToLower(spec[i+1:]) {
+		case "udp":
+			f.UDP = true
+		case "tcp":
+		default:
+			return f, fmt.Errorf("port forward %q: protocol %q: use tcp or udp", s, spec[i+1:])
+		}
+		spec = spec[:i]
+	}
+	i := strings.LastIndexByte(spec, ':')
+	if i < 0 {
+		return f, fmt.Errorf("port forward %q: want [HOSTIP:]HOSTPORT:PORT[/udp]", s)
+	}
+	port, err := parsePort(spec[i+1:])
+	if err != nil {
+		return f, fmt.Errorf("port forward %q: sandbox port: %w", s, err)
+	}
+	f.Port = port
+	host := spec[:i]
+	ip := netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	if j := strings.LastIndexByte(host, ':'); j >= 0 {
+		a := strings.TrimSuffix(strings.TrimPrefix(host[:j], "["), "]")
+		if ip, err = netip.ParseAddr(a); err != nil {
+			return f, fmt.Errorf("port forward %q: host address %q: %w", s, a, err)
+		}
+		host = host[j+1:]
+	}
+	hp, err := parsePort(host)
+	if err != nil {
+		return f, fmt.Errorf("port forward %q: host port: %w", s, err)
+	}
+	f.Host = netip.AddrPortFrom(ip.Unmap(), hp)
+	return f, nil
+}
+
+func parsePort(s string) (uint16, error) {
+	n, err := strconv.ParseUint(s, 10, 16)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("%q is not a port (1 to 65535)", s)
+	}
+	return uint16(n), nil
+}
+
+// normalize fills in defaults and checks c.
+func (c Config) normalize() (Config, error) {
+	setPrefix := func(p *netip.Prefix, d netip.Prefix) {
+		if !p.IsValid() {
+			*p = d
+		}
+	}
+	setAddr := func(a *netip.Addr, d netip.Addr) {
+		if !a.IsValid() {
+			*a = d
+		}
+	}
+	setPrefix(&c.Addr4, DefaultAddr4)
+	setPrefix(&c.Addr6, DefaultAddr6)
+	setAddr(&c.Gateway4, DefaultGateway4)
+	setAddr(&c.Gateway6, DefaultGateway6)
+	setAddr(&c.DNS4, DefaultDNS4)
+	setAddr(&c.DNS6, DefaultDNS6)
+	if c.Device == "" {
+		c.Device = DefaultDevice
+	}
+	if c.MTU == 0 {
+		c.MTU = DefaultMTU
+	}
+	if c.Queues == 0 {
+		c.Queues = 1
+	}
+	limit := func(v *int, d int) {
+		switch {
+		case *v == 0:
+			*v = d
+		case *v < 0:
+			*v = int(^uint(0) >> 1)
+		}
+	}
+	limit(&c.MaxFlows, DefaultMaxFlows)
+	limit(&c.MaxTCP, DefaultMaxTCP)
+	limit(&c.MaxUDP, DefaultMaxUDP)
+	limit(&c.MaxHalfOpen, DefaultMaxHalfOpen)
+	if c.TCPBuffer == 0 {
+		c.TCPBuffer = DefaultTCPBuffer
+	}
+	if c.UDPIdleTimeout == 0 {
+		c.UDPIdleTimeout = DefaultUDPIdleTimeout
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	var errs []error
+	check4 := func(what string, a netip.Addr) {
+		if !a.Is4() || !c.Addr4.Contains(a) || a == c.Addr4.Addr() {
+			errs = append(errs, fmt.Errorf("sandbox: %s %v: must be an IPv4 address in %v other than the sandbox's", what, a, c.Addr4.Masked()))
+		}
+	}
+	check6 := func(what string, a netip.Addr) {
+		if !a.Is6() || a.Is4In6() || !c.Addr6.Contains(a) || a == c.Addr6.Addr() {
+			errs = append(errs, fmt.Errorf("sandbox: %s %v: must be an IPv6 address in %v other than the sandbox's", what, a, c.Addr6.Masked()))
+		}
+	}
+	if !c.Addr4.Addr().Is4() {
+		errs = append(errs, fmt.Errorf("sandbox: address %v: want an IPv4 CIDR such as %v", c.Addr4, DefaultAddr4))
+	} else {
+		check4("gateway", c.Gateway4)
+		check4("DNS address", c.DNS4)
+	}
+	if !c.NoIPv6 {
+		if !c.Addr6.Addr().Is6() || c.Addr6.Addr().Is4In6() {
+			errs = append(errs, fmt.Errorf("sandbox: IPv6 address %v: want an IPv6 CIDR such as %v", c.Addr6, DefaultAddr6))
+		} else {
+			check6("IPv6 gateway", c.Gateway6)
+			check6("IPv6 DNS address", c.DNS6)
+		}
+	}
+	if c.Gateway4 == c.DNS4 || (!c.NoIPv6 && c.Gateway6 == c.DNS6) {
+		errs = append(errs, errors.New("sandbox: the gateway and the DNS address must differ"))
+	}
+	if c.MTU < tun.MinMTU || c.MTU > tun.MaxMTU {
+		errs = append(errs, fmt.Errorf("sandbox: MTU %d: must be from %d to %d", c.MTU, tun.MinMTU, tun.MaxMTU))
+	}
+	if c.TCPBuffer < 4096 {
+		errs = append(errs, fmt.Errorf("sandbox: TCP buffer %d bytes: must be at least 4096", c.TCPBuffer))
+	}
+	if c.UDPIdleTimeout < 0 || c.ConnectTimeout < 0 {
+		errs = append(errs, errors.New("sandbox: timeouts must be positive"))
+	}
+	for _, f := range c.Forwards {
+		if f.Host.Addr().Is6() && c.NoIPv6 {
+			errs = append(errs, fmt.Errorf("sandbox: port forward %v: IPv6 is off in the sandbox", f))
+		}
+	}
+	return c, errors.Join(errs...)
+}

@@ -1,0 +1,188 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/ustack-dev/ustack/link/tun"
+)
+
+// namespace is the sandbox's network namespace, held open by a handle.
+type namespace struct {
+	handle netns.NsHandle
+	path   string // what the user gave, or "" for one we created
+}
+
+// openNamespace attaches to path, or creates a namespace if path is "".
+// A created namespace lives as long as the handle and the processes in it.
+func openNamespace(path string) (*namespace, error) {
+	if path != "" {
+		h, err := netns.GetFromPath(path)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: open network namespace %s: %w (give /var/run/netns/NAME or /proc/PID/ns/net)", path, err)
+		}
+		return &namespace{handle: h, path: path}, nil
+	}
+	var ns *namespace
+	err := onThread(func() error {
+		// The thread is discarded afterwards (onThread never unlocks it),
+		// so moving it into the new namespace cannot leak into other
+		// goroutines.
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("sandbox: create a network namespace: %w: run as root (CAP_SYS_ADMIN)", os.NewSyscallError("unshare", err))
+		}
+		h, err := netns.Get()
+		if err != nil {
+			return fmt.Errorf("sandbox: open the new network namespace: %w", err)
+		}
+		ns = &namespace{handle: h}
+		return nil
+	})
+	return ns, err
+}
+
+// do runs f on a thread inside the namespace; the thread is discarded
+// afterwards, so nothing else ever runs in the wrong namespace.
+func (n *namespace) do(f func() error) error {
+	return onThread(func() error {
+		if err := netns.Set(n.handle); err != nil {
+			return fmt.Errorf("sandbox: enter the network namespace: %w", err)
+		}
+		return f()
+	})
+}
+
+func (n *namespace) close() { n.handle.Close() }
+
+// onThread runs f on a locked OS thread that exits when f returns.
+func onThread(f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// No UnlockOSThread: the runtime ends the thread with the goroutine.
+		errc <- f()
+	}()
+	return <-errc
+}
+
+// openDevice creates the TUN device in the namespace, gives it the
+// sandbox's addresses and routes through ustack, and brings up the
+// namespace's loopback.
+func (n *namespace) openDevice(c *Config) (*tun.Endpoint, error) {
+	var ep *tun.Endpoint
+	err := n.do(func() error {
+		addrs := []netip.Prefix{c.Addr4}
+		if !c.NoIPv6 {
+			addrs = append(addrs, c.Addr6)
+		}
+		var err error
+		ep, err = tun.Open(c.Device, &tun.Options{
+			Queues:    c.Queues,
+			NoOffload: c.NoOffload,
+			MTU:       c.MTU,
+			Addrs:     addrs,
+		})
+		if err != nil {
+			return fmt.Errorf("sandbox: %w", err)
+		}
+		if err := routeVia(ep.Name(), c); err != nil {
+			ep.Close()
+			return err
+		}
+		if lo, err := netlink.LinkByName("lo"); err == nil {
+			if err := netlink.LinkSetUp(lo); err != nil {
+				ep.Close()
+				return fmt.Errorf("sandbox: set lo up in the namespace: %w", err)
+			}
+		}
+		return nil
+	})
+	return ep, err
+}
+
+// routeVia makes the gateway the namespace's default route.
+func routeVia(dev string, c *Config) error {
+	l, err := netlink.LinkByName(dev)
+	if err != nil {
+		return fmt.Errorf("sandbox: find %s: %w", dev, err)
+	}
+	routes := []*netlink.Route{{
+		LinkIndex: l.Attrs().Index,
+		Dst:       &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
+		Gw:        net.IP(c.Gateway4.AsSlice()),
+	}}
+	if !c.NoIPv6 {
+		routes = append(routes, &netlink.Route{
+			LinkIndex: l.Attrs().Index,
+			Dst:       &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)},
+			Gw:        net.IP(c.Gateway6.AsSlice()),
+		})
+	}
+	for _, r := range routes {
+		if err := netlink.RouteReplace(r); err != nil {
+			return fmt.Errorf("sandbox: default route via %v on %s: %w", r.Gw, dev, err)
+		}
+	}
+	return nil
+}
+
+// run starts cmd inside the namespace and waits for it. The command is
+// forked from a thread that is inside the namespace and that stays alive
+// until the command has exited, so that a Pdeathsig set on it fires when
+// this process dies, not when the thread is recycled.
+func (n *namespace) run(cmd *exec.Cmd, started func()) error {
+	errc := make(chan error, 1)
+	err := n.do(func() error {
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		started()
+		errc <- cmd.Wait()
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return <-errc
+}
+
+// Init must be called first thing in main by programs that start commands
+// in a sandbox with Config.ResolvConf (cmd/ustack does): when the process
+// is the sandbox's re-executed helper, it gives itself a private
+// /etc/resolv.conf and becomes the command; otherwise it returns at once.
+// It never returns in the helper.
+func Init() {
+	if os.Getenv(initEnv) == "" {
+		return
+	}
+	src := os.Getenv(initEnv)
+	os.Unsetenv(initEnv)
+	if len(os.Args) < 3 {
+		fmt.Fprintln(os.Stderr, "ustack sandbox: helper started without a command")
+		os.Exit(127)
+	}
+	// The helper runs in a mount namespace of its own (CLONE_NEWNS);
+	// making every mount private keeps the bind below from propagating
+	// back to the host's /etc.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		fmt.Fprintf(os.Stderr, "ustack sandbox: make mounts private: %v; /etc/resolv.conf left as it is\n", err)
+	} else if err := unix.Mount(src, resolvConf, "", unix.MS_BIND, ""); err != nil {
+		fmt.Fprintf(os.Stderr, "ustack sandbox: bind %s over %s: %v; the command uses the host's resolver configuration\n", src, resolvConf, err)
+	}
+	path := os.Args[1]
+	err := unix.Exec(path, os.Args[2:], os.Environ())
+	fmt.Fprintf(os.Stderr, "ustack sandbox: exec %s: %v\n", path, err)
+	if errors.Is(err, unix.EACCES) {
+		os.Exit(126)
+	}
+	os.Exit(127)
+}
