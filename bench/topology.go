@@ -134,3 +134,15 @@ func pollOf(s *stack.Stack) *poll.Stats {
 func linkCounter(r link.Reporter, f func(link.Stats) uint64) func() uint64 {
 	return func() uint64 { return f(r.LinkStats()) }
 }
+
+// noCache returns a device endpoint's NoCache option for the cell's cache
+// setting: CacheDefault leaves the endpoint's own (given) setting.
+func noCache(m stack.CacheMode, given bool) bool {
+	switch m {
+	case stack.CacheOn:
+		return false
+	case stack.CacheOff:
+		return true
+	}
+	return given
+}

@@ -173,8 +173,13 @@ func deviceTopology(c Config) (*topology, error) {
 		if err := k.AddAddr(kernelIf, kernelAddr); err != nil {
 			return nil, err
 		}
+		var ao afpacket.Options
+		if c.AFPacket != nil {
+			ao = *c.AFPacket
+		}
+		ao.NoCache = noCache(c.Cache, ao.NoCache)
 		err = u.Do(func() (err error) {
-			ep, err = afpacket.New("uv0", c.AFPacket)
+			ep, err = afpacket.New("uv0", &ao)
 			return err
 		})
 		if err != nil {
@@ -187,6 +192,7 @@ func deviceTopology(c Config) (*topology, error) {
 			opts = *c.Tun
 		}
 		opts.Addrs = []netip.Prefix{kernelAddr}
+		opts.NoCache = noCache(c.Cache, opts.NoCache)
 		if opts.MTU == 0 {
 			opts.MTU = uint32(c.mtu())
 		}

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -148,11 +149,18 @@ type Cache[T any] struct {
 	pubN, pubBytes              atomic.Int64
 	pubHits, pubMisses, pubOver atomic.Uint64
 	idle                        time.Duration // the sweeper's: time parked without use
-	sweeping                    bool          // registered with the sweeper; immutable
+
+	// swept is set once the cache is registered with the sweeper, which
+	// happens at its first Park or Free: a cache that only its owner uses
+	// has nothing idle to release. sweepMu orders registering against
+	// Close.
+	swept   atomic.Bool
+	sweepMu sync.Mutex
 }
 
 // New returns an empty cache. A cache with an idle limit is swept by the
-// package's sweeper goroutine from New until Close, which must be called.
+// package's sweeper goroutine from its first Park or Free until Close,
+// which must then be called.
 func New[T any](cfg Config[T]) *Cache[T] {
 	if cfg.New == nil {
 		panic("cache: Config.New is nil")
@@ -167,11 +175,21 @@ func New[T any](cfg Config[T]) *Cache[T] {
 	if c.idleAfter == 0 {
 		c.idleAfter = DefaultIdleAfter
 	}
-	if c.idleAfter > 0 {
-		c.sweeping = true
-		sweep.add(c)
-	}
 	return c
+}
+
+// ensureSwept registers the cache with the sweeper, once, unless it has no
+// idle limit or is closed.
+func (c *Cache[T]) ensureSwept() {
+	if c.idleAfter < 0 || c.swept.Load() {
+		return
+	}
+	c.sweepMu.Lock()
+	if !c.closed.Load() && !c.swept.Load() {
+		sweep.add(c)
+		c.swept.Store(true)
+	}
+	c.sweepMu.Unlock()
 }
 
 // Get takes an item for the owner: from its free list, else from the
@@ -247,6 +265,7 @@ func (c *Cache[T]) giveBack(it *Item[T]) {
 		return
 	}
 	c.poison(it)
+	c.ensureSwept()
 	for {
 		old := c.ret.Load()
 		it.next = old
@@ -347,6 +366,7 @@ func (c *Cache[T]) publish() {
 func (c *Cache[T]) Park() {
 	h := c.free
 	if h != nil {
+		c.ensureSwept()
 		t := h
 		for t.next != nil {
 			t = t.next
@@ -447,9 +467,11 @@ func (c *Cache[T]) Close() {
 	if c.closed.Swap(true) {
 		return
 	}
-	if c.sweeping {
+	c.sweepMu.Lock()
+	if c.swept.Load() {
 		sweep.remove(c)
 	}
+	c.sweepMu.Unlock()
 	h := c.free
 	c.free, c.nfree, c.freeBytes = nil, 0, 0
 	c.release(h)

@@ -10,6 +10,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/ustack-dev/ustack/cache"
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/poll"
 )
@@ -61,7 +62,12 @@ type Endpoint struct {
 	stop chan struct{} // closed by Close
 	wg   sync.WaitGroup
 
-	txPool sync.Pool // of *txScratch
+	// TX scratch: with the cache on, txCache, owned by whoever holds txMu
+	// (a writer that finds it taken steals from the cache instead); with
+	// it off, txPool.
+	txMu    sync.Mutex
+	txCache *cache.Cache[*txScratch]
+	txPool  sync.Pool // of *txScratch
 }
 
 // counters are one queue's share of link.Stats. The RX counters are
@@ -237,6 +243,7 @@ func (e *Endpoint) Close() {
 		q.close()
 	}
 	e.wg.Wait()
+	e.closeCaches()
 }
 
 // NotifyWritable implements sched.WritableNotifier: after WritePackets
@@ -273,6 +280,19 @@ func (e *Endpoint) Err() error {
 // fail records the device failure err; the first one wins.
 func (e *Endpoint) fail(err error) {
 	e.err.CompareAndSwap(nil, &err)
+}
+
+// CacheStats returns what the endpoint's buffer caches counted, TX scratch
+// and every queue's landing ring together (all zero with NoCache).
+func (e *Endpoint) CacheStats() cache.Stats {
+	var s cache.Stats
+	if e.txCache != nil {
+		s.Add(e.txCache.Stats())
+	}
+	for _, q := range e.queues {
+		q.addCacheStats(&s)
+	}
+	return s
 }
 
 // LinkStats implements link.Reporter: the counters of all queues together. Beyond the

@@ -16,6 +16,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/ustack-dev/ustack/cache"
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
@@ -47,9 +48,15 @@ type queue struct {
 	// because the socket was full.
 	want chan struct{}
 	// gate serialises receive rounds between the receive goroutine and
-	// busy-polling readers; whoever holds gate.Owner uses rxr.
-	gate link.PollGate
-	rxr  *rxRing
+	// busy-polling readers; whoever holds gate.Owner uses the landing
+	// ring: rxr with the cache off; with it on, rxIt, taken from rxCache
+	// (whose owner is the holder of gate.Owner) for a run of rounds and
+	// put back, parked, when the receive goroutine finds the socket empty,
+	// so that an idle queue's ring is released after cache.DefaultIdleAfter.
+	gate    link.PollGate
+	rxr     *rxRing
+	rxCache *cache.Cache[*rxRing]
+	rxIt    *cache.Item[*rxRing]
 	// pollRecv is busyPoll's receive, bound once so that a round
 	// allocates nothing; it leaves its result in pollN and pollErrno.
 	pollRecv  func(fd uintptr)
@@ -234,7 +241,19 @@ func newEndpoint(ifname string, ifindex int, mtu uint32, addr tcpip.LinkAddress,
 	}
 	e.mtu.Store(mtu)
 	e.addr.Store(&addr)
-	e.txPool.New = func() any { return newTXScratch(o.TXBatch) }
+	if o.NoCache {
+		e.txPool.New = func() any { return newTXScratch(o.TXBatch) }
+	} else {
+		e.txCache = cache.New(cache.Config[*txScratch]{
+			Name:  "afpacket TX scratch",
+			New:   func() *txScratch { return newTXScratch(o.TXBatch) },
+			Reset: func(s **txScratch) { (*s).clear() },
+			Size:  func(s **txScratch) int { return (*s).size() },
+			// One for the owner, the rest for writers that find it busy
+			// (gVisor's none qdisc lets every sender write at once).
+			MaxItems: txCacheItems,
+		})
+	}
 	for i, fd := range fds {
 		f := os.NewFile(uintptr(fd), fmt.Sprintf("afpacket:%s/%d", ifname, i))
 		rc, err := f.SyscallConn()
@@ -248,7 +267,21 @@ func newEndpoint(ifname string, ifindex int, mtu uint32, addr tcpip.LinkAddress,
 			}
 			return nil, fmt.Errorf("afpacket: socket %d on %q: %w", i, ifname, err)
 		}
-		e.queues = append(e.queues, &queue{e: e, idx: i, file: f, rc: rc, want: make(chan struct{}, 1), rxr: newRXRing(o.RXBatch, !e.vnetHdr)})
+		q := &queue{e: e, idx: i, file: f, rc: rc, want: make(chan struct{}, 1)}
+		if o.NoCache {
+			q.rxr = newRXRing(o.RXBatch, !e.vnetHdr)
+		} else {
+			aux := !e.vnetHdr
+			q.rxCache = cache.New(cache.Config[*rxRing]{
+				Name:     "afpacket RX ring",
+				New:      func() *rxRing { return newRXRing(o.RXBatch, aux) },
+				Reset:    func(r **rxRing) { (*r).reset() },
+				Size:     func(r **rxRing) int { return (*r).size() },
+				MaxItems: 1,
+				MaxBytes: newRXRingSize(o.RXBatch, aux),
+			})
+		}
+		e.queues = append(e.queues, q)
 		e.gates = append(e.gates, &e.queues[i].gate)
 	}
 	for _, q := range e.queues {
@@ -258,8 +291,70 @@ func newEndpoint(ifname string, ifindex int, mtu uint32, addr tcpip.LinkAddress,
 	return e, nil
 }
 
+// txCacheItems is how many TX scratches the cache keeps: one for the
+// writer that holds txMu, the others for concurrent writers, as many as
+// the 2-core machines this runs on run at once, doubled.
+const txCacheItems = 4
+
 // close closes the queue's socket, which wakes its goroutines.
 func (q *queue) close() { q.file.Close() }
+
+// ring returns the landing ring for a receive round; the caller holds
+// q.gate.Owner.
+func (q *queue) ring() *rxRing {
+	if q.rxCache == nil {
+		return q.rxr
+	}
+	if q.rxIt == nil {
+		q.rxIt = q.rxCache.Get()
+	}
+	return q.rxIt.V
+}
+
+// parkRing gives the landing ring back to the cache and parks it, before
+// the receive goroutine parks on an empty socket; the caller holds
+// q.gate.Owner.
+func (q *queue) parkRing() {
+	if q.rxCache == nil {
+		return
+	}
+	if q.rxIt != nil {
+		q.rxCache.Put(q.rxIt)
+		q.rxIt = nil
+	}
+	q.rxCache.Park()
+}
+
+// closeCache releases the landing ring, once no goroutine receives: Close
+// calls it after joining the receive goroutine, and takes gate.Owner so
+// that a busy poller's round in progress ends first.
+func (q *queue) closeCache() {
+	if q.rxCache == nil {
+		return
+	}
+	q.gate.Owner.Lock()
+	q.rxIt = nil
+	q.rxCache.Close()
+	q.gate.Owner.Unlock()
+}
+
+// closeCaches releases every cache, after Close joined the goroutines.
+func (e *Endpoint) closeCaches() {
+	for _, q := range e.queues {
+		q.closeCache()
+	}
+	if e.txCache != nil {
+		e.txMu.Lock() // a writer's call in progress ends first
+		e.txCache.Close()
+		e.txMu.Unlock()
+	}
+}
+
+func (q *queue) addCacheStats(s *cache.Stats) {
+	if q.rxCache != nil {
+		s.Add(q.rxCache.Stats())
+	}
+}
 
 // rxLoop is a queue's receive goroutine: it reads up to a batch with one
 // recvmmsg, delivers it (one RX round, like a NAPI poll), and parks in the
@@ -268,8 +363,8 @@ func (q *queue) close() { q.file.Close() }
 // closed or the device is gone.
 func (q *queue) rxLoop() {
 	defer q.e.wg.Done()
-	r := q.rxr
 	var (
+		r        *rxRing
 		n        int
 		errno    unix.Errno
 		deferred bool
@@ -282,9 +377,11 @@ func (q *queue) rxLoop() {
 			return true
 		}
 		q.gate.Owner.Lock()
+		r = q.ring()
 		n, errno = r.recv(int(fd))
 		q.rxSyscalls.Add(1)
 		if errno == unix.EAGAIN {
+			q.parkRing()
 			q.gate.Owner.Unlock()
 			return false
 		}
@@ -354,7 +451,7 @@ func (q *queue) busyPoll() int {
 	}
 	defer q.gate.Owner.Unlock()
 	if q.pollRecv == nil {
-		q.pollRecv = func(fd uintptr) { q.pollN, q.pollErrno = q.rxr.recv(int(fd)) }
+		q.pollRecv = func(fd uintptr) { q.pollN, q.pollErrno = q.ring().recv(int(fd)) }
 	}
 	if q.rc.Control(q.pollRecv) != nil {
 		return 0 // closed
@@ -363,7 +460,7 @@ func (q *queue) busyPoll() int {
 	q.rxSyscalls.Add(1)
 	switch errno {
 	case 0:
-		q.deliver(q.rxr, n)
+		q.deliver(q.ring(), n)
 		q.gate.CountPolled()
 		return n
 	case unix.EAGAIN, unix.EINTR:
@@ -542,8 +639,31 @@ func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 		e.queues[0].txErrors.Add(uint64(len(list)))
 		return 0, &tcpip.ErrClosedForSend{}
 	}
-	s := e.txPool.Get().(*txScratch)
-	defer e.txPool.Put(s)
+	switch {
+	case e.txCache == nil:
+		s := e.txPool.Get().(*txScratch)
+		defer e.txPool.Put(s)
+		return e.writePackets(s, list)
+	case e.txMu.TryLock():
+		// The owner's scratch: taken, used, put back and parked (so an
+		// idle endpoint's is released), with no atomic operation on the
+		// way but the park's.
+		it := e.txCache.Get()
+		n, err := e.writePackets(it.V, list)
+		e.txCache.Put(it)
+		e.txCache.Park()
+		e.txMu.Unlock()
+		return n, err
+	default:
+		it := e.txCache.Steal()
+		n, err := e.writePackets(it.V, list)
+		it.Free()
+		return n, err
+	}
+}
+
+// writePackets is WritePackets with a scratch to build the messages in.
+func (e *Endpoint) writePackets(s *txScratch, list []*stack.PacketBuffer) (int, tcpip.Error) {
 	sent := 0
 	for sent < len(list) {
 		qi, end := 0, len(list)

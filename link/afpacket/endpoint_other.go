@@ -8,6 +8,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/ustack-dev/ustack/cache"
 	"github.com/ustack-dev/ustack/link"
 )
 
@@ -17,6 +18,13 @@ type queue struct {
 	gate link.PollGate
 	counters
 }
+
+// txScratch is a TX call's scratch; it exists on Linux only.
+type txScratch struct{}
+
+func (q *queue) addCacheStats(*cache.Stats) {}
+
+func (e *Endpoint) closeCaches() {}
 
 // New returns ErrNotSupported: AF_PACKET is Linux's. It still checks its
 // arguments, so that a bad configuration is reported as such everywhere.

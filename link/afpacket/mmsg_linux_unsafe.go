@@ -51,6 +51,30 @@ type rxRing struct {
 	used  int    // messages the last recvmmsg filled in
 }
 
+// newRXRingSize is the bytes a ring of n messages holds, for the cache's
+// cap.
+func newRXRingSize(n int, aux bool) int {
+	b := n * (rxBufSize + int(unsafe.Sizeof(unix.Mmsghdr{})) + int(unsafe.Sizeof(unix.Iovec{})) + unix.SizeofSockaddrLinklayer)
+	if aux {
+		b += n * auxSpace
+	}
+	return b
+}
+
+// size returns the bytes the ring holds.
+func (r *rxRing) size() int { return newRXRingSize(len(r.msgs), r.ctrl != nil) }
+
+// reset readies the ring for its next owner: every message header is
+// restored before the next read. The landing buffers need no clearing:
+// a round reads only what the kernel wrote into them in that round.
+func (r *rxRing) reset() { r.used = len(r.msgs) }
+
+// size returns the bytes the scratch's arrays hold, for the cache's cap.
+func (s *txScratch) size() int {
+	return cap(s.msgs)*int(unsafe.Sizeof(unix.Mmsghdr{})) + cap(s.iovs)*int(unsafe.Sizeof(unix.Iovec{})) +
+		cap(s.vhdrs) + cap(s.starts)*int(unsafe.Sizeof(0)) + cap(s.flat)*int(unsafe.Sizeof(uintptr(0)))
+}
+
 func newRXRing(n int, aux bool) *rxRing {
 	r := &rxRing{
 		slab:  make([]byte, n*rxBufSize),

@@ -69,6 +69,11 @@ type Options struct {
 	// at most MaxBatch; 1 sends every packet with its own system call, for
 	// comparison.
 	TXBatch int
+	// NoCache turns the endpoint's buffer caches (package cache) off: TX
+	// scratch then comes from a sync.Pool, emptied by the garbage
+	// collector, and each queue keeps its landing ring for its whole life,
+	// idle or not, as before the caches. For comparison.
+	NoCache bool
 	// SndBuf and RcvBuf are each socket's send and receive buffer sizes in
 	// bytes, set with SO_SNDBUFFORCE and SO_RCVBUFFORCE (the kernel doubles
 	// them for its bookkeeping). Defaults DefaultSndBuf and DefaultRcvBuf;

@@ -9,6 +9,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/ustack-dev/ustack/cache"
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/vnet"
 	"github.com/ustack-dev/ustack/poll"
@@ -63,15 +64,23 @@ type queue struct {
 	dev *device // the descriptor; OS-specific
 
 	// Receive state, owned by whoever holds gate.Owner: the queue's
-	// receive goroutine or a busy-polling reader.
-	gate link.PollGate
-	buf  []byte // landing buffer of rxBufSize, reused for every read
+	// receive goroutine or a busy-polling reader. With the cache on, the
+	// landing buffers (for reads, and for splitting USO) come from rx,
+	// whose owner is the holder of gate.Owner, for a run of rounds, and go
+	// back, parked, when the receive goroutine finds the queue empty, so
+	// an idle queue holds none after cache.DefaultIdleAfter. With it off
+	// (or while no cache exists), buf and uso are kept for good.
+	gate  link.PollGate
+	rx    *cache.Cache[[]byte]
+	bufIt *cache.Item[[]byte]
+	usoIt *cache.Item[[]byte]
+	buf   []byte // landing buffer of rxBufSize, without the cache; made on first use
 	// pollRound is busyPoll's round, bound once so that a round
 	// allocates nothing; it leaves its result in pollN and pollErr.
 	pollRound func(fd uintptr)
 	pollN     int
 	pollErr   error
-	uso       []byte // datagram buffer for splitting USO, made on first use
+	uso       []byte // datagram buffer for splitting USO, without the cache; made on first use
 
 	// wantWritable is set when a write was refused for lack of room; the
 	// watcher clears it when it signals. kick wakes the watcher.
@@ -98,13 +107,19 @@ func newEndpoint(name string, o Options, off Offloads, devs []*device) *Endpoint
 	}
 	e.mtu.Store(o.MTU)
 	for i, d := range devs {
-		e.queues = append(e.queues, &queue{
-			e:    e,
-			idx:  i,
-			dev:  d,
-			buf:  make([]byte, rxBufSize),
-			kick: make(chan struct{}, 1),
-		})
+		q := &queue{e: e, idx: i, dev: d, kick: make(chan struct{}, 1)}
+		if !o.NoCache {
+			q.rx = cache.New(cache.Config[[]byte]{
+				Name:  "tun landing buffers",
+				New:   func() []byte { return make([]byte, rxBufSize) },
+				Reset: func(b *[]byte) { *b = (*b)[:cap(*b)] },
+				Size:  func(b *[]byte) int { return cap(*b) },
+				// The read buffer and the USO buffer.
+				MaxItems: 2,
+				MaxBytes: 2 * rxBufSize,
+			})
+		}
+		e.queues = append(e.queues, q)
 		e.gates = append(e.gates, &e.queues[i].gate)
 	}
 	return e
@@ -213,6 +228,80 @@ func (e *Endpoint) Close() {
 		q.dev.close()
 	}
 	e.wg.Wait()
+	for _, q := range e.queues {
+		q.closeCache()
+	}
+}
+
+// landing returns the buffer a read lands in; the caller holds
+// q.gate.Owner.
+func (q *queue) landing() []byte {
+	if q.rx == nil {
+		if q.buf == nil {
+			q.buf = make([]byte, rxBufSize)
+		}
+		return q.buf
+	}
+	if q.bufIt == nil {
+		q.bufIt = q.rx.Get()
+	}
+	return q.bufIt.V
+}
+
+// usoBuf returns the buffer USO datagrams are split into; the caller holds
+// q.gate.Owner (or drives receive by hand, in tests).
+func (q *queue) usoBuf() []byte {
+	if q.rx == nil {
+		if q.uso == nil {
+			q.uso = make([]byte, maxPacketSize)
+		}
+		return q.uso
+	}
+	if q.usoIt == nil {
+		q.usoIt = q.rx.Get()
+	}
+	return q.usoIt.V
+}
+
+// park gives the landing buffers back to the cache and parks it, before
+// the receive goroutine parks on an empty queue; the caller holds
+// q.gate.Owner.
+func (q *queue) park() {
+	if q.rx == nil {
+		return
+	}
+	for _, it := range []**cache.Item[[]byte]{&q.bufIt, &q.usoIt} {
+		if *it != nil {
+			q.rx.Put(*it)
+			*it = nil
+		}
+	}
+	q.rx.Park()
+}
+
+// closeCache releases the landing buffers once no goroutine receives:
+// Close calls it after joining the receive goroutines, and takes
+// gate.Owner so that a busy poller's round in progress ends first.
+func (q *queue) closeCache() {
+	if q.rx == nil {
+		return
+	}
+	q.gate.Owner.Lock()
+	q.bufIt, q.usoIt = nil, nil
+	q.rx.Close()
+	q.gate.Owner.Unlock()
+}
+
+// CacheStats returns what the queues' landing-buffer caches counted (all
+// zero with NoCache).
+func (e *Endpoint) CacheStats() cache.Stats {
+	var s cache.Stats
+	for _, q := range e.queues {
+		if q.rx != nil {
+			s.Add(q.rx.Stats())
+		}
+	}
+	return s
 }
 
 // NotifyWritable implements sched.WritableNotifier: after a write that a
@@ -321,7 +410,7 @@ func (q *queue) armWatcher() {
 // soon as receive returns. It checks the header and the checksums, splits a
 // UDP super-packet, and delivers.
 func (q *queue) receive(b []byte) {
-	if len(b) >= len(q.buf) {
+	if len(b) >= rxBufSize {
 		// The packet filled the buffer: it was larger and got cut.
 		q.rxErrors.Add(1)
 		return
@@ -350,10 +439,7 @@ func (q *queue) receive(b []byte) {
 	}
 	switch h.GSOType &^ vnet.GSOECN {
 	case vnet.GSOUDPL4:
-		if q.uso == nil {
-			q.uso = make([]byte, maxPacketSize)
-		}
-		if _, err := splitUSO(h, ip, q.uso, q.countUSO, q.deliver); err != nil {
+		if _, err := splitUSO(h, ip, q.usoBuf(), q.countUSO, q.deliver); err != nil {
 			q.rxErrors.Add(1)
 		}
 		return

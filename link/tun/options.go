@@ -59,6 +59,11 @@ type Options struct {
 	// builds super-segments and cuts them into MTU-sized packets just before
 	// the link. It has no effect when TSO was negotiated.
 	SoftwareGSO bool
+	// NoCache turns the queues' landing-buffer caches (package cache) off:
+	// each queue then keeps its receive buffer (and its USO buffer, once
+	// used) for its whole life, idle or not, as before the caches. For
+	// comparison.
+	NoCache bool
 	// MTU is set on the device and reported by the endpoint, from MinMTU to
 	// MaxMTU.
 	MTU uint32

@@ -353,6 +353,9 @@ func (q *queue) readRound(fd uintptr) bool {
 	if n > 0 {
 		q.rxRounds.Add(1)
 	}
+	if !again {
+		q.park() // the queue is empty: the receive goroutine parks
+	}
 	return again
 }
 
@@ -360,8 +363,9 @@ func (q *queue) readRound(fd uintptr) bool {
 // q.gate.Owner. again is false when the queue ran empty; err is a failure
 // that ends the queue.
 func (q *queue) roundLocked(fd uintptr) (n int, again bool, err error) {
+	buf := q.landing()
 	for n < q.e.opts.RXBatch {
-		m, rerr := unix.Read(int(fd), q.buf)
+		m, rerr := unix.Read(int(fd), buf)
 		q.rxSyscalls.Add(1)
 		switch {
 		case rerr == nil && m == 0:
@@ -370,7 +374,7 @@ func (q *queue) roundLocked(fd uintptr) (n int, again bool, err error) {
 			// poll readable forever.
 			return n, true, errEOF
 		case rerr == nil:
-			q.receive(q.buf[:m])
+			q.receive(buf[:m])
 			n++
 		case errors.Is(rerr, unix.EAGAIN):
 			return n, false, nil
