@@ -12,7 +12,18 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ustack-dev/ustack/cache"
 	"github.com/ustack-dev/ustack/stack"
+)
+
+const (
+	// copyBufSize is each TCP conn's copy buffer: io.Copy's own size.
+	copyBufSize = 32 << 10
+	// connBufCache is how many copy buffers each listener's cache keeps
+	// for the next conns once earlier ones closed: 64 (2 MiB) covers a
+	// burst of short conns; beyond that a buffer goes to the garbage
+	// collector, and an idle listener's go after cache.DefaultIdleAfter.
+	connBufCache = 64
 )
 
 // MaxBytes bounds /bytes/N: 1 TiB, far beyond any test, so that a typo
@@ -40,6 +51,9 @@ type Services struct {
 	Accepted, Active, EchoedBytes, DiscardedBytes, UDPEchoed, UDPDiscarded, HTTPRequests, HTTPBytes atomic.Uint64
 	// Status, if set, adds lines to the status page.
 	status func(w io.Writer)
+
+	cacheMu sync.Mutex // guards caches
+	caches  []*cache.Cache[[]byte]
 }
 
 // Start starts the services on every address family the host has an
@@ -49,7 +63,7 @@ func Start(st *stack.Stack, families []netip.Addr, ports Ports, status func(io.W
 	for _, any := range families {
 		for _, svc := range []struct {
 			port uint16
-			tcp  func(net.Conn)
+			tcp  func(net.Conn, []byte)
 			udp  func(net.PacketConn)
 		}{
 			{ports.Echo, s.echoTCP, s.echoUDP},
@@ -108,10 +122,33 @@ func (s *Services) track(c io.Closer) {
 }
 
 // acceptLoop serves each accepted connection on its own goroutine until
-// the listener is closed.
-func (s *Services) acceptLoop(ln net.Listener, serve func(net.Conn)) {
+// the listener is closed. With the stack's caching on, the loop owns a
+// cache of copy buffers: it hands one to each conn, the conn's goroutine
+// frees it when the conn ends, and the loop takes the freed ones back
+// before the next Accept (parking them while it waits, so that an idle
+// listener releases them). With caching off each conn allocates its own,
+// as io.Copy does.
+func (s *Services) acceptLoop(ln net.Listener, serve func(net.Conn, []byte)) {
 	defer s.wg.Done()
+	var bufs *cache.Cache[[]byte]
+	if s.st.Caching() {
+		bufs = cache.New(cache.Config[[]byte]{
+			Name:     "serve copy buffers",
+			New:      func() []byte { return make([]byte, copyBufSize) },
+			Reset:    func(b *[]byte) { *b = (*b)[:cap(*b)] },
+			Size:     func(b *[]byte) int { return cap(*b) },
+			MaxItems: connBufCache,
+			MaxBytes: connBufCache * copyBufSize,
+		})
+		s.cacheMu.Lock()
+		s.caches = append(s.caches, bufs)
+		s.cacheMu.Unlock()
+		defer bufs.Close() // buffers of conns still running are dropped when freed
+	}
 	for {
+		if bufs != nil {
+			bufs.Park()
+		}
 		c, err := ln.Accept()
 		if err != nil {
 			return
@@ -127,16 +164,25 @@ func (s *Services) acceptLoop(ln net.Listener, serve func(net.Conn)) {
 		s.mu.Unlock()
 		s.Accepted.Add(1)
 		s.Active.Add(1)
+		var it *cache.Item[[]byte]
+		var buf []byte
+		if bufs != nil {
+			it = bufs.Get()
+			buf = it.V
+		}
 		go func() {
 			defer s.wg.Done()
 			defer func() {
 				c.Close()
+				if it != nil {
+					it.Free()
+				}
 				s.Active.Add(^uint64(0))
 				s.mu.Lock()
 				delete(s.conns, c)
 				s.mu.Unlock()
 			}()
-			serve(c)
+			serve(c, buf)
 		}()
 	}
 }
@@ -153,16 +199,30 @@ func (c countingWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-func (s *Services) echoTCP(c net.Conn) {
-	io.Copy(countingWriter{c, &s.EchoedBytes}, c)
+// CacheStats returns what the listeners' copy-buffer caches counted (all
+// zero with the stack's caching off).
+func (s *Services) CacheStats() cache.Stats {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	var st cache.Stats
+	for _, c := range s.caches {
+		st.Add(c.Stats())
+	}
+	return st
+}
+
+// echoTCP echoes c through buf (nil: a buffer of its own).
+func (s *Services) echoTCP(c net.Conn, buf []byte) {
+	io.CopyBuffer(countingWriter{c, &s.EchoedBytes}, c, buf)
 	// Half-close so the client reads everything before EOF.
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	}
 }
 
-func (s *Services) discardTCP(c net.Conn) {
-	io.Copy(countingWriter{io.Discard, &s.DiscardedBytes}, c)
+// discardTCP reads c through buf (nil: a buffer of its own) and drops it.
+func (s *Services) discardTCP(c net.Conn, buf []byte) {
+	io.CopyBuffer(countingWriter{io.Discard, &s.DiscardedBytes}, c, buf)
 }
 
 func (s *Services) echoUDP(pc net.PacketConn) {

@@ -84,6 +84,10 @@ func New(opts *Options) (*Stack, error) {
 	return &Stack{s: s, udpRecvErr: o.UDPRecvErr, poller: p, cache: o.Cache.On()}, nil
 }
 
+// Caching reports whether buffer caching is on (Options.Cache), for
+// servers built on the stack that keep buffers of their own per conn.
+func (s *Stack) Caching() bool { return s.cache }
+
 // GVisor returns the underlying gVisor stack, for what this package does not
 // wrap (forwarders, raw endpoints, iptables). The Stack still owns it: do
 // not Close or Destroy it yourself.
