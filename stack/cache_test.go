@@ -2,11 +2,13 @@ package stack_test
 
 import (
 	"bytes"
+	"errors"
 	"context"
 	"net"
 	"net/netip"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -108,4 +110,27 @@ func TestCacheModeString(t *testing.T) {
 // default runs).
 func TestNetTestConnCacheOff(t *testing.T) {
 	netTestConn(t, &stacktest.Options{Stack: &stack.Options{Cache: stack.CacheOff}})
+}
+
+// TestConnErrorsReportedOnce: an error the endpoint reports once (a UDP
+// port unreachable, here) reaches the caller with the cache on exactly as
+// with it off, not swallowed by a retry through gonet.
+func TestConnErrorsReportedOnce(t *testing.T) {
+	var msgs []string
+	for _, mode := range []stack.CacheMode{stack.CacheOff, stack.CacheOn} {
+		p := stacktest.New(t, &stacktest.Options{Stack: &stack.Options{Cache: mode}})
+		c, err := p.A.DialUDP(netip.AddrPort{}, netip.AddrPortFrom(stacktest.B4, 9)) // nobody listens
+		require.NoError(t, err)
+		var werr error
+		for i := 0; i < 1000 && werr == nil; i++ {
+			_, werr = c.Write([]byte("x"))
+			time.Sleep(time.Millisecond)
+		}
+		require.Error(t, werr, "the refusal is reported (cache %v)", mode)
+		oe, ok := errors.AsType[*net.OpError](werr)
+		require.True(t, ok, "a *net.OpError, as gonet's")
+		msgs = append(msgs, oe.Op+" "+oe.Net+": "+oe.Err.Error())
+		c.Close()
+	}
+	require.Equal(t, msgs[0], msgs[1])
 }

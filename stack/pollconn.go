@@ -2,6 +2,8 @@ package stack
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -105,12 +107,14 @@ func deadlineNanos(t time.Time) int64 {
 }
 
 // readWait reads into b, waiting for data as gonet does but with the
-// conn's own wait entry. It reports false when the caller must take
-// gonet's path instead: a deadline is set, another read is in progress,
-// or the read failed (gonet translates the error).
-func (c *connIO) readWait(ep tcpip.Endpoint, wq *waiter.Queue, b []byte, opts tcpip.ReadOptions) (tcpip.ReadResult, bool) {
+// conn's own wait entry. handled is false when the caller must take
+// gonet's path instead: a read deadline is set, or another read is in
+// progress. Otherwise res and err are the endpoint's (err is never
+// ErrWouldBlock), and the caller translates err as gonet would: the
+// endpoint reports an error once, so it must not be read again.
+func (c *connIO) readWait(ep tcpip.Endpoint, wq *waiter.Queue, b []byte, opts tcpip.ReadOptions) (res tcpip.ReadResult, err tcpip.Error, handled bool) {
 	if c == nil || c.rdl.Load() != 0 || !c.rmu.TryLock() {
-		return tcpip.ReadResult{}, false
+		return tcpip.ReadResult{}, nil, false
 	}
 	defer c.rmu.Unlock()
 	registered := false
@@ -121,13 +125,13 @@ func (c *connIO) readWait(ep tcpip.Endpoint, wq *waiter.Queue, b []byte, opts tc
 	}()
 	for {
 		c.w = b
-		res, err := ep.Read(&c.w, opts)
+		res, err = ep.Read(&c.w, opts)
 		c.w = nil
 		if _, block := err.(*tcpip.ErrWouldBlock); !block {
-			return res, err == nil
+			return res, err, true
 		}
 		if c.rdl.Load() != 0 {
-			return tcpip.ReadResult{}, false
+			return tcpip.ReadResult{}, nil, false
 		}
 		if !registered {
 			// Register, then read again: data that arrived in between
@@ -156,12 +160,15 @@ func (c *connIO) poke() {
 	}
 }
 
-// write tries one non-blocking write of b (to *to, if not nil). It returns
-// how much the endpoint took and whether the caller is done; if not, the
-// caller writes the rest through gonet, which waits and reports errors.
-func (c *connIO) write(ep tcpip.Endpoint, b []byte, to *tcpip.FullAddress) (int, bool) {
+// write tries one non-blocking write of b (to *to, if not nil). It
+// returns how much the endpoint took, and done: false when the caller is
+// to write b[n:] through gonet, which waits (the write was not tried, the
+// endpoint would block, or it took only part); true with err nil when all
+// of b went, or with the endpoint's error (reported once, so the caller
+// translates it rather than retry).
+func (c *connIO) write(ep tcpip.Endpoint, b []byte, to *tcpip.FullAddress) (n int, err tcpip.Error, done bool) {
 	if c == nil || len(b) == 0 || due(c.wdl.Load()) || !c.wmu.TryLock() {
-		return 0, false
+		return 0, nil, false
 	}
 	c.r.Reset(b)
 	opts := tcpip.WriteOptions{}
@@ -169,11 +176,27 @@ func (c *connIO) write(ep tcpip.Endpoint, b []byte, to *tcpip.FullAddress) (int,
 		c.to = *to
 		opts.To = &c.to
 	}
-	n, err := ep.Write(&c.r, opts)
+	m, err := ep.Write(&c.r, opts)
 	c.r.Reset(nil)
 	c.to = tcpip.FullAddress{}
 	c.wmu.Unlock()
-	return int(n), err == nil && int(n) == len(b)
+	switch err.(type) {
+	case nil:
+		return int(m), nil, int(m) == len(b)
+	case *tcpip.ErrWouldBlock:
+		return int(m), nil, false
+	}
+	return int(m), err, true
+}
+
+// connError builds the error gonet would for a failed call: io.EOF for a
+// read after the peer closed, otherwise a *net.OpError with the endpoint's
+// message, its local address as the source and remote as the address.
+func connError(op, network string, err tcpip.Error, local, remote net.Addr) error {
+	if _, eof := err.(*tcpip.ErrClosedForReceive); eof && op == "read" {
+		return io.EOF
+	}
+	return &net.OpError{Op: op, Net: network, Source: local, Addr: remote, Err: errors.New(err.String())}
 }
 
 // tcpConn is a gonet TCP conn with busy-polling reads (gate, nil when off)
@@ -195,7 +218,11 @@ func newTCPConn(wq *waiter.Queue, ep tcpip.Endpoint, p *poll.Poller, cached bool
 func (c *tcpConn) Read(b []byte) (int, error) {
 	c.gate.wait(len(b))
 	if len(b) > 0 {
-		if res, ok := c.io.readWait(c.ep, c.wq, b, tcpip.ReadOptions{}); ok && res.Count > 0 {
+		res, err, handled := c.io.readWait(c.ep, c.wq, b, tcpip.ReadOptions{})
+		switch {
+		case handled && err != nil:
+			return 0, connError("read", "tcp", err, c.LocalAddr(), c.RemoteAddr())
+		case handled && res.Count > 0:
 			c.ep.ModerateRecvBuf(res.Count)
 			return res.Count, nil
 		}
@@ -205,12 +232,15 @@ func (c *tcpConn) Read(b []byte) (int, error) {
 
 // Write implements net.Conn.
 func (c *tcpConn) Write(b []byte) (int, error) {
-	n, done := c.io.write(c.ep, b, nil)
-	if done {
+	n, err, done := c.io.write(c.ep, b, nil)
+	switch {
+	case done && err != nil:
+		return n, connError("write", "tcp", err, c.LocalAddr(), c.RemoteAddr())
+	case done:
 		return n, nil
 	}
-	m, err := c.TCPConn.Write(b[n:])
-	return n + m, err
+	m, gerr := c.TCPConn.Write(b[n:])
+	return n + m, gerr
 }
 
 // SetDeadline implements net.Conn.
@@ -284,7 +314,11 @@ func (c *udpSocket) drainErrors() {
 // Read implements net.Conn.
 func (c *udpSocket) Read(b []byte) (int, error) {
 	c.gate.wait(1) // a datagram may be empty, so even len(b) == 0 reads one
-	if res, ok := c.io.readWait(c.ep, c.wq, b, tcpip.ReadOptions{}); ok {
+	res, err, handled := c.io.readWait(c.ep, c.wq, b, tcpip.ReadOptions{})
+	switch {
+	case handled && err != nil:
+		return 0, connError("read", "udp", err, c.LocalAddr(), nil)
+	case handled:
 		return res.Count, nil
 	}
 	return c.UDPConn.Read(b)
@@ -299,7 +333,11 @@ func (c *udpSocket) ReadFrom(b []byte) (int, net.Addr, error) {
 // Write implements net.Conn.
 func (c *udpSocket) Write(b []byte) (int, error) {
 	c.drainErrors()
-	if n, done := c.io.write(c.ep, b, nil); done {
+	n, err, done := c.io.write(c.ep, b, nil)
+	switch {
+	case done && err != nil:
+		return n, connError("write", "udp", err, c.LocalAddr(), nil)
+	case done:
 		return n, nil
 	}
 	return c.UDPConn.Write(b)
@@ -310,7 +348,11 @@ func (c *udpSocket) WriteTo(b []byte, addr net.Addr) (int, error) {
 	c.drainErrors()
 	if ua, ok := addr.(*net.UDPAddr); ok && c.io != nil {
 		to := tcpip.FullAddress{Addr: tcpip.AddrFromSlice(ua.IP), Port: uint16(ua.Port)}
-		if n, done := c.io.write(c.ep, b, &to); done {
+		n, err, done := c.io.write(c.ep, b, &to)
+		switch {
+		case done && err != nil:
+			return n, connError("write", "udp", err, c.LocalAddr(), addr)
+		case done:
 			return n, nil
 		}
 	}
