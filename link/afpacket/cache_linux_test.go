@@ -145,7 +145,8 @@ func TestRXIdleRingReleased(t *testing.T) {
 }
 
 // TestTXCacheConcurrentWriters: writers that find the owner's scratch
-// taken use the cache's others, and the cache stays within its cap.
+// taken use the pool instead; every packet goes out and the cache keeps
+// at most the owner's one.
 func TestTXCacheConcurrentWriters(t *testing.T) {
 	e, far := testEndpoint(t, nil, 1<<20)
 	pkt := txPacket(e, ip4(header.UDPProtocolNumber, 1, 2, nil, "full"), header.IPv4ProtocolNumber)
@@ -188,6 +189,6 @@ func TestTXCacheConcurrentWriters(t *testing.T) {
 	}
 	<-done
 	s := e.txCache.Stats()
-	require.LessOrEqual(t, s.Held, int64(txCacheItems))
+	require.LessOrEqual(t, s.Held, int64(1))
 	require.Positive(t, s.Hits)
 }

@@ -62,9 +62,9 @@ type Endpoint struct {
 	stop chan struct{} // closed by Close
 	wg   sync.WaitGroup
 
-	// TX scratch: with the cache on, txCache, owned by whoever holds txMu
-	// (a writer that finds it taken steals from the cache instead); with
-	// it off, txPool.
+	// TX scratch: with the cache on, txCache, owned by whoever holds txMu;
+	// a writer that finds it taken, or any writer with the cache off,
+	// uses txPool.
 	txMu    sync.Mutex
 	txCache *cache.Cache[*txScratch]
 	txPool  sync.Pool // of *txScratch
