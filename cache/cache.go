@@ -76,8 +76,8 @@ type Item[T any] struct {
 // afterwards. Freeing an item twice panics.
 func (it *Item[T]) Free() { it.c.giveBack(it) }
 
-// Stats are a cache's counters. Hits and Misses count Get and Steal calls
-// that found an item or had to make one; Returns counts items that came
+// Stats are a cache's counters. Hits and Misses count Get calls that
+// found an item or had to make one; Returns counts items that came
 // back through Free; Overflow counts items dropped because the cache was
 // full; Released counts items released because the cache was idle or
 // closed. Held and HeldBytes are what the cache holds. The owner's share
@@ -119,7 +119,7 @@ func (s Stats) Sub(o Stats) Stats {
 // Reclaim and Park belong to the owner: one goroutine at a time, or several
 // that hand the role over through a lock (the owner's side is not
 // synchronised: a hit or a put is a few plain loads and stores). Free,
-// Steal, Stats and Close are safe from any goroutine.
+// Stats and Close are safe from any goroutine.
 //
 // It holds at most MaxItems items and MaxBytes bytes after every Reclaim;
 // between two, frees from other goroutines are bounded by the same caps
@@ -138,12 +138,11 @@ type Cache[T any] struct {
 
 	_ cpu.CacheLinePad
 	// The shared side: the return list and its counters.
-	ret                    atomic.Pointer[Item[T]]
-	retN, retBytes         atomic.Int64
-	returns, overflow      atomic.Uint64
-	stealHits, stealMisses atomic.Uint64
-	released               atomic.Uint64
-	active, closed         atomic.Bool
+	ret               atomic.Pointer[Item[T]]
+	retN, retBytes    atomic.Int64
+	returns, overflow atomic.Uint64
+	released          atomic.Uint64
+	active, closed    atomic.Bool
 
 	_                           cpu.CacheLinePad
 	pubN, pubBytes              atomic.Int64
@@ -387,41 +386,11 @@ func (c *Cache[T]) Park() {
 	c.publish()
 }
 
-// Steal takes an item from any goroutine, for a caller that is not the
-// owner (a writer that found the owner's lock taken): from the return
-// list, else a new one. It takes the whole list at once and pushes the
-// rest back, so that concurrent takers never see one another's items (no
-// ABA). Give the item back with Free.
-func (c *Cache[T]) Steal() *Item[T] {
-	h := c.ret.Swap(nil)
-	if h == nil {
-		c.stealMisses.Add(1)
-		return c.fresh()
-	}
-	c.retN.Add(-1)
-	c.retBytes.Add(-int64(h.size))
-	if rest := h.next; rest != nil {
-		t := rest
-		for t.next != nil {
-			t = t.next
-		}
-		for {
-			old := c.ret.Load()
-			t.next = old
-			if c.ret.CompareAndSwap(old, rest) {
-				break
-			}
-		}
-	}
-	c.stealHits.Add(1)
-	return c.hand(h)
-}
-
 // Stats returns the cache's counters. Safe from any goroutine.
 func (c *Cache[T]) Stats() Stats {
 	return Stats{
-		Hits:      c.pubHits.Load() + c.stealHits.Load(),
-		Misses:    c.pubMisses.Load() + c.stealMisses.Load(),
+		Hits:      c.pubHits.Load(),
+		Misses:    c.pubMisses.Load(),
 		Returns:   c.returns.Load(),
 		Overflow:  c.pubOver.Load() + c.overflow.Load(),
 		Released:  c.released.Load(),
