@@ -9,6 +9,13 @@ import (
 	"testing"
 
 	"github.com/ustack-dev/ustack/internal/leakcheck"
+	"github.com/ustack-dev/ustack/sandbox"
 )
 
-func TestMain(m *testing.M) { leakcheck.Main(m) }
+func TestMain(m *testing.M) {
+	// Started inside a sandbox, the test binary is the sandbox's helper
+	// (resolv.conf) or one of the sandbox-side programs, not the tests.
+	sandbox.Init()
+	sandboxChild()
+	leakcheck.Main(m)
+}

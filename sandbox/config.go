@@ -116,7 +116,7 @@ type Config struct {
 type Forward struct {
 	// UDP forwards datagrams; otherwise TCP connections.
 	UDP bool
-	// Host is where the host listens.
+	// Host is where the host listens; port 0 picks one (ForwardAddrs).
 	Host netip.AddrPort
 	// Port is the sandbox port the flows go to, at Addr4 (or Addr6 when
 	// Host is an IPv6 address).

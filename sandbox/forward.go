@@ -27,6 +27,7 @@ func (s *Sandbox) startForward(f Forward) error {
 		}
 		fw := &udpForward{s: s, f: f, pc: pc, peers: map[netip.AddrPort]*gonet.UDPConn{}}
 		s.closers = append(s.closers, pc)
+		s.fwdAddrs = append(s.fwdAddrs, pc.LocalAddr().(*net.UDPAddr).AddrPort())
 		s.wg.Add(1)
 		go fw.loop()
 		return nil
@@ -36,9 +37,16 @@ func (s *Sandbox) startForward(f Forward) error {
 		return fmt.Errorf("sandbox: port forward %v: %w", f, err)
 	}
 	s.closers = append(s.closers, ln)
+	s.fwdAddrs = append(s.fwdAddrs, ln.Addr().(*net.TCPAddr).AddrPort())
 	s.wg.Add(1)
 	go s.acceptLoop(f, ln)
 	return nil
+}
+
+// ForwardAddrs returns where the host listens for each of
+// Config.Forwards, in order (a forward given port 0 gets one picked).
+func (s *Sandbox) ForwardAddrs() []netip.AddrPort {
+	return append([]netip.AddrPort(nil), s.fwdAddrs...)
 }
 
 // sandboxAddr is the sandbox address a forward from a host client goes to:

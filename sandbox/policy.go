@@ -24,7 +24,8 @@ const (
 	TCPLimit
 	UDPLimit
 	// HalfOpen: too many TCP connections were waiting for their host-side
-	// connect (or gVisor's forwarder refused a SYN for the same reason).
+	// connect, to one destination (a quarter of MaxHalfOpen) or in all
+	// (gVisor's forwarder then ignores the SYN).
 	HalfOpen
 	// NoDNS: a DNS query while the DNS relay is off or has no upstream.
 	NoDNS

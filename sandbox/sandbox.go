@@ -44,9 +44,13 @@ type Sandbox struct {
 	tcp      map[*tcpRelay]struct{}
 	udp      map[netip.AddrPort]*udpFlow // by the sandbox's source
 	closers  []io.Closer                 // port-forward listeners
+	fwdAddrs []netip.AddrPort            // where they listen
 	wg       sync.WaitGroup              // every goroutine of ours
 	closeErr error
-	once     sync.Once
+
+	halfMu    sync.Mutex
+	halfByDst map[netip.AddrPort]int // host-side connects in progress
+	once      sync.Once
 }
 
 // New builds the sandbox's network: it creates (or attaches to) the
@@ -57,7 +61,7 @@ func New(cfg Config) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sandbox{cfg: cfg, tcp: map[*tcpRelay]struct{}{}, udp: map[netip.AddrPort]*udpFlow{}}
+	s := &Sandbox{cfg: cfg, tcp: map[*tcpRelay]struct{}{}, udp: map[netip.AddrPort]*udpFlow{}, halfByDst: map[netip.AddrPort]int{}}
 	s.pol.cfg = cfg
 	if !cfg.NoDNS {
 		s.pol.dns = upstreams(cfg.DNSUpstream)
@@ -102,6 +106,15 @@ func (s *Sandbox) buildStack() error {
 		return fmt.Errorf("sandbox: %w", err)
 	}
 	s.st = st
+	// The handlers before the NIC: gVisor reads them unsynchronised from
+	// the receive path, which starts with AddNIC.
+	gs := st.GVisor()
+	// A window of 0 means gVisor's default; gVisor counts SYNs beyond
+	// MaxHalfOpen in ForwardMaxInFlightDrop, which Stats reports as
+	// HalfOpen refusals.
+	fwd := tcp.NewForwarder(gs, 0, c.MaxHalfOpen, s.handleTCP)
+	gs.SetTransportProtocolHandler(tcp.ProtocolNumber, fwd.HandlePacket)
+	gs.SetTransportProtocolHandler(udp.ProtocolNumber, s.handleUDP)
 	id, err := st.AddNIC(s.ep, &stack.NICOptions{Name: s.ep.Name(), Qdisc: c.Qdisc})
 	if err != nil {
 		s.ep.Close()
@@ -119,19 +132,12 @@ func (s *Sandbox) buildStack() error {
 			return fmt.Errorf("sandbox: %w", err)
 		}
 	}
-	gs := st.GVisor()
 	if terr := gs.SetPromiscuousMode(id, true); terr != nil {
 		return fmt.Errorf("sandbox: promiscuous mode: %s", terr)
 	}
 	if terr := gs.SetSpoofing(id, true); terr != nil {
 		return fmt.Errorf("sandbox: spoofing: %s", terr)
 	}
-	// A window of 0 means gVisor's default; gVisor counts SYNs beyond
-	// MaxHalfOpen in ForwardMaxInFlightDrop, which Stats reports as
-	// HalfOpen refusals.
-	fwd := tcp.NewForwarder(gs, 0, c.MaxHalfOpen, s.handleTCP)
-	gs.SetTransportProtocolHandler(tcp.ProtocolNumber, fwd.HandlePacket)
-	gs.SetTransportProtocolHandler(udp.ProtocolNumber, s.handleUDP)
 	return nil
 }
 

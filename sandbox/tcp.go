@@ -45,10 +45,14 @@ func (s *Sandbox) handleTCP(r *tcp.ForwarderRequest) {
 		}
 	}
 	defer release()
-	s.c.halfOpen.Add(1)
+	if !s.takeHalfOpen(to) {
+		s.refuse(HalfOpen)
+		r.Complete(true)
+		return
+	}
 	d := net.Dialer{Timeout: s.cfg.ConnectTimeout}
 	hc, err := d.DialContext(s.ctx, "tcp", to.String())
-	s.c.halfOpen.Add(-1)
+	s.releaseHalfOpen(to)
 	if err != nil {
 		s.c.connectFailed.Add(1)
 		r.Complete(true)
@@ -70,6 +74,31 @@ func (s *Sandbox) handleTCP(r *tcp.ForwarderRequest) {
 	released = true // the relay owns the flow's count now
 	s.c.tcpOpened.Add(1)
 	s.relay(ep, &wq, host, true)
+}
+
+// takeHalfOpen counts a host-side connect to to, unless to already has
+// its share of the half-open limit: a SYN flood towards one unresponsive
+// destination then holds a quarter of the forwarder's slots at most, and
+// connections elsewhere still get through while it lasts.
+func (s *Sandbox) takeHalfOpen(to netip.AddrPort) bool {
+	share := max(1, s.cfg.MaxHalfOpen/4)
+	s.halfMu.Lock()
+	defer s.halfMu.Unlock()
+	if s.halfByDst[to] >= share {
+		return false
+	}
+	s.halfByDst[to]++
+	s.c.halfOpen.Add(1)
+	return true
+}
+
+func (s *Sandbox) releaseHalfOpen(to netip.AddrPort) {
+	s.halfMu.Lock()
+	defer s.halfMu.Unlock()
+	if s.halfByDst[to]--; s.halfByDst[to] <= 0 {
+		delete(s.halfByDst, to)
+	}
+	s.c.halfOpen.Add(-1)
 }
 
 // reserveFlow takes one of a protocol's flows and one of the total, or

@@ -1,0 +1,696 @@
+//go:build linux
+
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
+	"go.uber.org/goleak"
+	"golang.org/x/net/dns/dnsmessage"
+	"golang.org/x/sys/unix"
+
+	"github.com/ustack-dev/ustack/sandbox"
+	"github.com/ustack-dev/ustack/serve"
+)
+
+// childEnv makes the test binary, started inside a sandbox, play one of
+// the sandbox-side programs of sandboxChild instead of running tests.
+const childEnv = "USTACK_TEST_SANDBOX_CHILD"
+
+// The DNS name the tests' resolver answers, and its answers.
+const dnsName = "ustack.test."
+
+var (
+	dnsA    = netip.MustParseAddr("198.18.7.7")
+	dnsAAAA = netip.MustParseAddr("fd00::7:7")
+)
+
+// sandboxChild runs the sandbox-side program named by childEnv, if set,
+// and exits; otherwise it returns.
+func sandboxChild() {
+	mode := os.Getenv(childEnv)
+	if mode == "" {
+		return
+	}
+	out, err := childMain(mode, os.Args[1:])
+	fmt.Print(out)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "child %s: %v\n", mode, err)
+		var code exitCode
+		if errors.As(err, &code) {
+			os.Exit(int(code))
+		}
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit %d", int(c)) }
+
+func childMain(mode string, args []string) (string, error) {
+	arg := func(i int) string {
+		if i < len(args) {
+			return args[i]
+		}
+		return ""
+	}
+	switch mode {
+	case "fetch": // URL: print the body's sha256 and size
+		resp, err := http.Get(arg(0))
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		h := sha256.New()
+		n, err := io.Copy(h, resp.Body)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%x %d\n", h.Sum(nil), n), nil
+	case "both": // ADDR N: send N pattern bytes while reading the answer
+		n, _ := strconv.ParseInt(arg(1), 10, 64)
+		c, err := net.Dial("tcp", arg(0))
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		werr := make(chan error, 1)
+		go func() {
+			_, err := io.Copy(c, serve.Pattern(n))
+			if err == nil {
+				err = c.(*net.TCPConn).CloseWrite()
+			}
+			werr <- err
+		}()
+		h := sha256.New()
+		got, err := io.Copy(h, c)
+		if err != nil {
+			return "", err
+		}
+		if err := <-werr; err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%x %d\n", h.Sum(nil), got), nil
+	case "udpecho": // ADDR: exchange datagrams of many sizes
+		c, err := net.Dial("udp", arg(0))
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		buf := make([]byte, 1<<16)
+		for i := range 64 {
+			msg := bytes.Repeat([]byte{byte(i)}, 1+(i*997)%9000)
+			ok := false
+			for try := 0; try < 5 && !ok; try++ {
+				if _, err := c.Write(msg); err != nil {
+					return "", err
+				}
+				c.SetReadDeadline(time.Now().Add(2 * time.Second))
+				n, err := c.Read(buf)
+				ok = err == nil && bytes.Equal(buf[:n], msg)
+			}
+			if !ok {
+				return "", fmt.Errorf("datagram %d (%d bytes): no echo", i, len(msg))
+			}
+		}
+		return "ok\n", nil
+	case "dns": // NAME: look it up through /etc/resolv.conf
+		r := &net.Resolver{PreferGo: true}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		addrs, err := r.LookupHost(ctx, arg(0))
+		if err != nil {
+			return "", err
+		}
+		return strings.Join(addrs, " ") + "\n", nil
+	case "dial": // ADDR: report how a TCP connect ends
+		c, err := net.DialTimeout("tcp", arg(0), 5*time.Second)
+		switch {
+		case err == nil:
+			c.Close()
+			return "ok\n", nil
+		case errors.Is(err, syscall.ECONNREFUSED):
+			return "refused\n", nil
+		default:
+			return "error: " + err.Error() + "\n", nil
+		}
+	case "echo-server": // PORT: TCP and UDP echo until stdin closes
+		ln, err := net.Listen("tcp", ":"+arg(0))
+		if err != nil {
+			return "", err
+		}
+		pc, err := net.ListenPacket("udp", ":"+arg(0))
+		if err != nil {
+			return "", err
+		}
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() { io.Copy(c, c); c.Close() }()
+			}
+		}()
+		go func() {
+			buf := make([]byte, 1<<16)
+			for {
+				n, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				pc.WriteTo(buf[:n], from)
+			}
+		}()
+		fmt.Println("ready")
+		io.Copy(io.Discard, os.Stdin)
+		return "", nil
+	case "flood": // GW UDPPORT SYNPORT N
+		udpPort, _ := strconv.Atoi(arg(1))
+		synPort, _ := strconv.Atoi(arg(2))
+		n, _ := strconv.Atoi(arg(3))
+		return floodChild(netip.MustParseAddr(arg(0)), uint16(udpPort), uint16(synPort), n)
+	case "exit":
+		n, _ := strconv.Atoi(arg(0))
+		return "", exitCode(n)
+	}
+	return "", fmt.Errorf("unknown mode %q", mode)
+}
+
+// inSandbox runs the test binary as mode inside sb and returns its output.
+func inSandbox(tb testing.TB, sb *sandbox.Sandbox, mode string, args ...string) (string, error) {
+	self, err := os.Executable()
+	require.NoError(tb, err)
+	cmd := exec.Command(self, args...)
+	cmd.Env = append(os.Environ(), childEnv+"="+mode)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = os.Stderr
+	err = sb.Run(cmd, nil)
+	return out.String(), err
+}
+
+// hostServices are the host-side peers of the sandbox tests, all on the
+// host's loopback (or a /32 the test adds to it).
+type hostServices struct {
+	http, both, udp, dns netip.AddrPort
+	close                func()
+}
+
+func startHostServices(tb testing.TB, ip netip.Addr) *hostServices {
+	var closers []func()
+	var wg sync.WaitGroup
+	var once sync.Once
+	hs := &hostServices{close: func() {
+		once.Do(func() {
+			for _, c := range closers {
+				c()
+			}
+			wg.Wait()
+		})
+	}}
+	tb.Cleanup(hs.close)
+	listen := func() net.Listener {
+		ln, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
+		require.NoError(tb, err)
+		closers = append(closers, func() { ln.Close() })
+		return ln
+	}
+	// HTTP: /bytes/N serves N pattern bytes.
+	hl := listen()
+	hs.http = hl.Addr().(*net.TCPAddr).AddrPort()
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, err := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, "/bytes/"), 10, 64)
+		if err != nil {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+		io.Copy(w, serve.Pattern(n))
+	})}
+	wg.Add(1)
+	go func() { defer wg.Done(); srv.Serve(hl) }()
+	closers = append(closers, func() { srv.Close() })
+	// Both ways: read everything (checking it) while sending as much
+	// pattern, then close.
+	bl := listen()
+	hs.both = bl.Addr().(*net.TCPAddr).AddrPort()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := bl.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				// The client's first 8 bytes are the pattern's; the
+				// size is known from what arrives: echo back sha-checked
+				// pattern of the same length.
+				h := sha256.New()
+				n, _ := io.Copy(h, c)
+				want := sha256.New()
+				io.Copy(want, serve.Pattern(n))
+				if !bytes.Equal(h.Sum(nil), want.Sum(nil)) {
+					return // the client sees a short answer and fails
+				}
+				io.Copy(c, serve.Pattern(n))
+			}()
+		}
+	}()
+	// UDP echo.
+	pc, err := net.ListenPacket("udp", netip.AddrPortFrom(ip, 0).String())
+	require.NoError(tb, err)
+	hs.udp = pc.LocalAddr().(*net.UDPAddr).AddrPort()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 1<<16)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			pc.WriteTo(buf[:n], from)
+		}
+	}()
+	closers = append(closers, func() { pc.Close() })
+	// DNS: answers A and AAAA for dnsName.
+	dc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(tb, err)
+	hs.dns = dc.LocalAddr().(*net.UDPAddr).AddrPort()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := dc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if ans, err := answerDNS(buf[:n]); err == nil {
+				dc.WriteTo(ans, from)
+			}
+		}
+	}()
+	closers = append(closers, func() { dc.Close() })
+	return hs
+}
+
+// answerDNS answers a query for dnsName (A, AAAA); other names get
+// NXDOMAIN.
+func answerDNS(q []byte) ([]byte, error) {
+	var p dnsmessage.Parser
+	h, err := p.Start(q)
+	if err != nil {
+		return nil, err
+	}
+	qs, err := p.AllQuestions()
+	if err != nil || len(qs) != 1 {
+		return nil, errors.New("want one question")
+	}
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired})
+	b.EnableCompression()
+	if qs[0].Name.String() != dnsName {
+		b = dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, RCode: dnsmessage.RCodeNameError})
+	}
+	b.StartQuestions()
+	b.Question(qs[0])
+	b.StartAnswers()
+	if qs[0].Name.String() == dnsName {
+		rh := dnsmessage.ResourceHeader{Name: qs[0].Name, Class: dnsmessage.ClassINET, TTL: 60}
+		switch qs[0].Type {
+		case dnsmessage.TypeA:
+			b.AResource(rh, dnsmessage.AResource{A: dnsA.As4()})
+		case dnsmessage.TypeAAAA:
+			b.AAAAResource(rh, dnsmessage.AAAAResource{AAAA: dnsAAAA.As16()})
+		}
+	}
+	return b.Finish()
+}
+
+func patternSum(n int64) string {
+	h := sha256.New()
+	io.Copy(h, serve.Pattern(n))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func openFDs(tb testing.TB) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	require.NoError(tb, err)
+	return len(ents)
+}
+
+// TestSandbox runs programs in a sandbox served by package sandbox (what
+// `ustack tun` runs) and checks each of the sandbox's services.
+func TestSandbox(t *testing.T) {
+	if err := nsProbe(); err != nil {
+		t.Skipf("sandbox tests need network namespaces and TUN: %v", err)
+	}
+	fds, goroutines := openFDs(t), goleak.IgnoreCurrent()
+	hs := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
+	sb, err := sandbox.New(sandbox.Config{
+		AllowHostLoopback: true,
+		ResolvConf:        true,
+		DNSUpstream:       hs.dns,
+		Forwards: []sandbox.Forward{
+			{Host: netip.MustParseAddrPort("127.0.0.1:0"), Port: 7000},
+			{Host: netip.MustParseAddrPort("127.0.0.1:0"), Port: 7000, UDP: true},
+		},
+	})
+	require.NoError(t, err)
+	defer sb.Close()
+	gw := func(p netip.AddrPort) string { return netip.AddrPortFrom(sandbox.DefaultGateway4, p.Port()).String() }
+	gw6 := func(p netip.AddrPort) string { return netip.AddrPortFrom(sandbox.DefaultGateway6, p.Port()).String() }
+
+	t.Run("http-256MiB", func(t *testing.T) {
+		n := sized(256 << 20)
+		out, err := inSandbox(t, sb, "fetch", fmt.Sprintf("http://%s/bytes/%d", gw(hs.http), n))
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("%s %d\n", patternSum(n), n), out)
+	})
+	t.Run("tcp-both-ways", func(t *testing.T) {
+		n := sized(64 << 20)
+		out, err := inSandbox(t, sb, "both", gw(hs.both), strconv.FormatInt(n, 10))
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("%s %d\n", patternSum(n), n), out)
+		st := sb.Stats()
+		require.GreaterOrEqual(t, st.TCPBytesUp, uint64(n))
+		require.GreaterOrEqual(t, st.TCPBytesDown, uint64(n))
+	})
+	t.Run("udp-echo", func(t *testing.T) {
+		out, err := inSandbox(t, sb, "udpecho", gw(hs.udp))
+		require.NoError(t, err)
+		require.Equal(t, "ok\n", out)
+		require.NotZero(t, sb.Stats().UDPPacketsDn)
+	})
+	t.Run("dns", func(t *testing.T) {
+		before := sb.Stats().DNSQueries
+		out, err := inSandbox(t, sb, "dns", strings.TrimSuffix(dnsName, "."))
+		require.NoError(t, err)
+		require.ElementsMatch(t, []string{dnsA.String(), dnsAAAA.String()}, strings.Fields(out))
+		require.Greater(t, sb.Stats().DNSQueries, before)
+	})
+	t.Run("port-forward", func(t *testing.T) {
+		self, err := os.Executable()
+		require.NoError(t, err)
+		cmd := exec.Command(self, "7000")
+		cmd.Env = append(os.Environ(), childEnv+"=echo-server")
+		stdin, err := cmd.StdinPipe()
+		require.NoError(t, err)
+		stdout, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		cmd.Stderr = os.Stderr
+		done := make(chan error, 1)
+		go func() { done <- sb.Run(cmd, nil) }()
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, "ready\n", line)
+		addrs := sb.ForwardAddrs()
+		// TCP: 1 MiB there and back through the forward.
+		c, err := net.Dial("tcp", addrs[0].String())
+		require.NoError(t, err)
+		msg := make([]byte, 1<<20)
+		io.ReadFull(serve.Pattern(int64(len(msg))), msg)
+		go func() { c.Write(msg); c.(*net.TCPConn).CloseWrite() }()
+		got, err := io.ReadAll(c)
+		c.Close()
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(msg, got), "echo through the TCP forward")
+		// UDP.
+		u, err := net.Dial("udp", addrs[1].String())
+		require.NoError(t, err)
+		buf := make([]byte, 2048)
+		var n int
+		for try := 0; try < 5; try++ {
+			u.Write([]byte("ping over the forward"))
+			u.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if n, err = u.Read(buf); err == nil {
+				break
+			}
+		}
+		u.Close()
+		require.NoError(t, err)
+		require.Equal(t, "ping over the forward", string(buf[:n]))
+		stdin.Close()
+		require.NoError(t, <-done)
+		require.GreaterOrEqual(t, sb.Stats().ForwardConns, uint64(2))
+	})
+	t.Run("exit-status", func(t *testing.T) {
+		_, err := inSandbox(t, sb, "exit", "7")
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee)
+		require.Equal(t, 7, ee.ExitCode())
+	})
+	t.Run("ipv6-to-host-loopback", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "[::1]:0")
+		if err != nil {
+			t.Skip("no IPv6 loopback on this host")
+		}
+		defer ln.Close()
+		go func() {
+			if c, err := ln.Accept(); err == nil {
+				c.Close()
+			}
+		}()
+		out, err := inSandbox(t, sb, "dial", gw6(ln.Addr().(*net.TCPAddr).AddrPort()))
+		require.NoError(t, err)
+		require.Equal(t, "ok\n", out)
+	})
+
+	require.NoError(t, sb.Close())
+	hs.close()
+	// Everything the sandbox opened is closed, every goroutine it started
+	// is gone (leakcheck checks again at the end of the run).
+	require.NoError(t, goleak.Find(goroutines))
+	require.LessOrEqual(t, openFDs(t), fds, "descriptors open after the sandbox, against before")
+}
+
+// TestSandboxPolicy checks the refusals: the host's loopback without
+// AllowHostLoopback, a denied prefix, a destination outside the allowed
+// ones; and that an allowed destination other than the gateway is relayed.
+func TestSandboxPolicy(t *testing.T) {
+	if err := nsProbe(); err != nil {
+		t.Skipf("sandbox tests need network namespaces and TUN: %v", err)
+	}
+	// A host address in the benchmarking range on the host's loopback:
+	// the sandbox reaches it as an ordinary destination.
+	lo, err := netlink.LinkByName("lo")
+	require.NoError(t, err)
+	extra := netip.MustParsePrefix("198.18.99.99/32")
+	a, err := netlink.ParseAddr(extra.String())
+	require.NoError(t, err)
+	require.NoError(t, netlink.AddrAdd(lo, a))
+	t.Cleanup(func() { netlink.AddrDel(lo, a) })
+	hs := startHostServices(t, extra.Addr())
+	target := hs.both.String()
+	loop := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
+
+	cases := []struct {
+		name   string
+		cfg    sandbox.Config
+		dial   string
+		want   string
+		reason sandbox.Reason
+	}{
+		{"relayed", sandbox.Config{}, target, "ok\n", -1},
+		{"host-loopback-off", sandbox.Config{}, netip.AddrPortFrom(sandbox.DefaultGateway4, loop.http.Port()).String(), "refused\n", sandbox.HostLoopback},
+		{"denied", sandbox.Config{Deny: []netip.Prefix{netip.MustParsePrefix("198.18.99.0/24")}}, target, "refused\n", sandbox.Denied},
+		{"not-allowed", sandbox.Config{Allow: []netip.Prefix{netip.MustParsePrefix("198.18.100.0/24")}}, target, "refused\n", sandbox.Denied},
+		{"allowed", sandbox.Config{Allow: []netip.Prefix{extra}}, target, "ok\n", -1},
+		{"link-local", sandbox.Config{}, "169.254.169.254:80", "refused\n", sandbox.Reserved},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			sb, err := sandbox.New(tc.cfg)
+			require.NoError(t, err)
+			defer sb.Close()
+			out, err := inSandbox(t, sb, "dial", tc.dial)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, out)
+			st := sb.Stats()
+			if tc.reason >= 0 {
+				require.Equal(t, uint64(1), st.Refused[tc.reason], "refusals by %v", tc.reason)
+				require.Zero(t, st.TCPOpened)
+			} else {
+				require.Equal(t, uint64(1), st.TCPOpened)
+			}
+		})
+	}
+}
+
+// TestTunCommand runs the real `ustack tun` binary: CMD's exit status is
+// its own, and the host's loopback is reachable with -allow-host-loopback.
+func TestTunCommand(t *testing.T) {
+	if err := nsProbe(); err != nil {
+		t.Skipf("sandbox tests need network namespaces and TUN: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "ustack")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/ustack-dev/ustack/cmd/ustack").CombinedOutput()
+	require.NoError(t, err, "build ustack: %s", out)
+	hs := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
+	self, err := os.Executable()
+	require.NoError(t, err)
+
+	cmd := exec.Command(bin, "tun", "--", "sh", "-c", "exit 7")
+	err = cmd.Run()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 7, ee.ExitCode())
+
+	url := fmt.Sprintf("http://%s/bytes/%d", netip.AddrPortFrom(sandbox.DefaultGateway4, hs.http.Port()), 1<<20)
+	cmd = exec.Command(bin, "tun", "-allow-host-loopback", "-stats", "--", self, url)
+	cmd.Env = append(os.Environ(), childEnv+"=fetch")
+	out, err = cmd.Output()
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("%s %d\n", patternSum(1<<20), 1<<20), string(out))
+
+	cmd = exec.Command(bin, "tun", "--", self, url)
+	cmd.Env = append(os.Environ(), childEnv+"=fetch")
+	_, err = cmd.Output()
+	require.ErrorAs(t, err, &ee, "without -allow-host-loopback the fetch fails")
+	require.Equal(t, 1, ee.ExitCode())
+}
+
+// floodChild sends, from inside the sandbox and below its kernel's stack,
+// n UDP datagrams from n source ports (n NAT mappings asked for), n SYNs
+// to an unresponsive host port and n malformed packets.
+func floodChild(gw netip.Addr, udpPort, synPort uint16, n int) (string, error) {
+	ifi, err := net.InterfaceByName(sandbox.DefaultDevice)
+	if err != nil {
+		return "", err
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "", fmt.Errorf("packet socket: %w", err)
+	}
+	defer unix.Close(fd)
+	r := &rawSender{fd: fd, ifindex: ifi.Index}
+	src := sandbox.DefaultAddr4.Addr()
+	for i := range n {
+		sport := uint16(10000 + i%50000)
+		pkts := [][]byte{
+			ip4{src: src, dst: gw, proto: unix.IPPROTO_UDP}.bytes(udpDgram(src, gw, sport, udpPort, []byte("flood"))),
+			ip4{src: src, dst: gw, proto: unix.IPPROTO_TCP}.bytes(tcpSeg(src, gw, sport, synPort, uint32(i), 0, 0x02, 65535, nil)),
+		}
+		// Malformed, in turn: a UDP checksum that does not match, a TCP
+		// one that does not, an IP header that claims more than came.
+		bad := ip4{src: src, dst: gw, proto: unix.IPPROTO_UDP}.bytes(udpDgram(src, gw, sport, udpPort, []byte("bad")))
+		switch i % 3 {
+		case 0:
+			bad[len(bad)-1] ^= 0xff
+		case 1:
+			bad = ip4{src: src, dst: gw, proto: unix.IPPROTO_TCP}.bytes(tcpSeg(src, gw, sport, udpPort, 1, 0, 0x02, 100, nil))
+			bad[len(bad)-1] ^= 0x01 // the urgent pointer's low byte: checksum breaks
+		case 2:
+			bad = bad[:len(bad)-2]
+		}
+		pkts = append(pkts, bad)
+		for _, p := range pkts {
+			if err := r.send(p); err != nil {
+				return "", err
+			}
+		}
+	}
+	return fmt.Sprintf("sent %d\n", r.sent), nil
+}
+
+// TestSandboxFlood has the sandbox flood ustack with new UDP mappings,
+// SYNs to an unresponsive host port and malformed packets while it
+// downloads: the download finishes intact, a new connection works, the
+// limits hold and every refusal is counted.
+func TestSandboxFlood(t *testing.T) {
+	if err := nsProbe(); err != nil {
+		t.Skipf("sandbox tests need network namespaces and TUN: %v", err)
+	}
+	hs := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
+	// A listener that never accepts, with the smallest backlog: once that
+	// is full the host's kernel ignores further SYNs, so connects to it
+	// stay half-open until ConnectTimeout.
+	bfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer unix.Close(bfd)
+	require.NoError(t, unix.Bind(bfd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	require.NoError(t, unix.Listen(bfd, 0))
+	bsa, err := unix.Getsockname(bfd)
+	require.NoError(t, err)
+	blackhole := uint16(bsa.(*unix.SockaddrInet4).Port)
+
+	const maxUDP, maxHalf = 256, 32
+	sb, err := sandbox.New(sandbox.Config{
+		AllowHostLoopback: true,
+		MaxUDP:            maxUDP,
+		MaxHalfOpen:       maxHalf,
+		ConnectTimeout:    2 * time.Second,
+		UDPIdleTimeout:    time.Minute,
+	})
+	require.NoError(t, err)
+	defer sb.Close()
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+
+	gw := sandbox.DefaultGateway4
+	n := sized(64 << 20)
+	fetched := make(chan string, 1)
+	go func() {
+		out, err := inSandbox(t, sb, "fetch", fmt.Sprintf("http://%s/bytes/%d", netip.AddrPortFrom(gw, hs.http.Port()), n))
+		if err != nil {
+			out = err.Error()
+		}
+		fetched <- out
+	}()
+	const floods = 10000
+	out, err := inSandbox(t, sb, "flood", gw.String(), strconv.Itoa(int(hs.udp.Port())), strconv.Itoa(int(blackhole)), strconv.Itoa(floods))
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("sent %d\n", 3*floods), out)
+	// A new connection during the flood's aftermath (half-open connects
+	// to the blackhole still pending) gets through.
+	out, err = inSandbox(t, sb, "dial", netip.AddrPortFrom(gw, hs.http.Port()).String())
+	require.NoError(t, err)
+	require.Equal(t, "ok\n", out)
+	require.Equal(t, fmt.Sprintf("%s %d\n", patternSum(n), n), <-fetched)
+
+	st := sb.Stats()
+	t.Logf("after the flood: %+v", st)
+	require.LessOrEqual(t, st.UDPOpened, uint64(maxUDP), "UDP mappings")
+	require.NotZero(t, st.Refused[sandbox.UDPLimit])
+	require.NotZero(t, st.Refused[sandbox.HalfOpen])
+	require.LessOrEqual(t, st.HalfOpen, int64(maxHalf))
+	// The TUN endpoint checks checksums the kernel did not vouch for, so
+	// the broken ones die there; the short packets in gVisor's IP layer.
+	nic, ok := sb.Stack().Stats().NIC(sb.Device())
+	require.True(t, ok)
+	require.NotZero(t, nic.Link.RXBadChecksum+st.Refused[sandbox.Malformed], "bad checksums counted")
+	require.NotZero(t, nic.Link.RXMalformed+sb.Stack().Stats().Counter("IP.MalformedPacketsReceived"), "short packets counted")
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	require.Less(t, after.HeapInuse, before.HeapInuse+256<<20, "heap grew by %d MiB", (after.HeapInuse-before.HeapInuse)>>20)
+}
