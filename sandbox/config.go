@@ -274,3 +274,9 @@ func (c Config) normalize() (Config, error) {
 	}
 	return c, errors.Join(errs...)
 }
+
+// Check reports what New would refuse in c, without creating anything.
+func (c Config) Check() error {
+	_, err := c.normalize()
+	return err
+}

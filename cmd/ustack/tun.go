@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -61,6 +62,7 @@ func tunMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		connTO     = fs.Duration("connect-timeout", sandbox.DefaultConnectTimeout, "limit on a host-side TCP connect")
 		metrics    = fs.String("metrics", "", "serve Prometheus metrics on this host address, e.g. 127.0.0.1:9100")
 		printStats = fs.Bool("stats", false, "print the relay's counters on exit")
+		cpuProfile = fs.String("cpuprofile", "", "write a CPU profile of ustack (not of CMD) to this file")
 	)
 	fs.Var(&allow, "allow", "CIDR the sandbox may reach; repeatable; with any, nothing else is reachable")
 	fs.Var(&deny, "deny", "CIDR the sandbox may not reach; repeatable; wins over -allow")
@@ -189,6 +191,9 @@ Flags:
 	d.ResolvConf, d.AllowHostLoopback = *resolv, *hostLoop
 	d.MaxFlows, d.MaxTCP, d.MaxUDP, d.MaxHalfOpen, d.TCPBuffer = *maxFlows, *maxTCP, *maxUDP, *maxHalf, *tcpBuf
 	d.UDPIdleTimeout, d.ConnectTimeout = *udpIdle, *connTO
+	if err := d.Check(); err != nil {
+		return usage("%v", err)
+	}
 
 	// Signals arrive from here on: a terminal's Ctrl-C reaches CMD itself
 	// (same process group), SIGTERM is passed on, and without CMD either
@@ -197,6 +202,19 @@ Flags:
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "ustack tun: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "ustack tun: -cpuprofile: %v\n", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
 	sb, err := sandbox.New(d)
 	if err != nil {
 		fmt.Fprintf(stderr, "ustack tun: %v\n", err)
