@@ -47,7 +47,9 @@
 // with read(2) into a landing buffer it owns, copies each once into a
 // right-sized pooled view, delivers it, and parks in Go's runtime poller
 // (syscall.RawConn) when the queue is empty, so no OS thread blocks per
-// queue. Transmit writes each packet with one writev(2) (header and the
+// queue. The landing buffers come from the queue's cache (package cache)
+// and are parked with it, so an idle queue's are released
+// (Options.NoCache keeps them for good). Transmit writes each packet with one writev(2) (header and the
 // packet's views, no payload copy) to the queue its flow hashes to, so a
 // flow stays on one queue and the kernel answers it on the same one. A
 // write the kernel refuses with EAGAIN is returned to the writer and
