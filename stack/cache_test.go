@@ -2,8 +2,8 @@ package stack_test
 
 import (
 	"bytes"
-	"errors"
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"runtime"
