@@ -15,13 +15,14 @@ var (
 	halfDesc    = prometheus.NewDesc("ustack_tun_tcp_half_open", "TCP connections waiting for their host-side connect.", nil, nil)
 	bytesDesc   = prometheus.NewDesc("ustack_tun_bytes_total", "Payload bytes relayed, by protocol and direction (up: from the sandbox).", []string{"proto", "dir"}, nil)
 	udpPktDesc  = prometheus.NewDesc("ustack_tun_udp_datagrams_total", "UDP datagrams relayed, by direction.", []string{"dir"}, nil)
+	echoDesc    = prometheus.NewDesc("ustack_tun_icmp_echo_total", "ICMP echo requests (up) and replies (down) relayed to and from the host.", []string{"dir"}, nil)
 	refusedDesc = prometheus.NewDesc("ustack_tun_refused_total", "Flows and datagrams refused, by reason.", []string{"reason"}, nil)
 	eventDesc   = prometheus.NewDesc("ustack_tun_events_total", "Other relay events: connect_failed, tcp_resets, udp_dropped, dns_queries, forward_conns, forward_failed.", []string{"event"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{flowsDesc, openedDesc, halfDesc, bytesDesc, udpPktDesc, refusedDesc, eventDesc} {
+	for _, d := range []*prometheus.Desc{flowsDesc, openedDesc, halfDesc, bytesDesc, udpPktDesc, echoDesc, refusedDesc, eventDesc} {
 		ch <- d
 	}
 }
@@ -46,6 +47,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(bytesDesc, st.UDPBytesDown, "udp", "down")
 	counter(udpPktDesc, st.UDPPacketsUp, "up")
 	counter(udpPktDesc, st.UDPPacketsDn, "down")
+	counter(echoDesc, st.EchoUp, "up")
+	counter(echoDesc, st.EchoDown, "down")
 	for _, r := range Reasons() {
 		counter(refusedDesc, st.Refused[r], r.String())
 	}

@@ -76,6 +76,10 @@ type Stats struct {
 	// buffer was full, or a datagram from the host did not fit the
 	// sandbox's MTU.
 	UDPDropped uint64
+	// EchoUp and EchoDown count ICMP echo requests relayed to the host
+	// and replies relayed back (pings of ustack's own addresses are
+	// answered by ustack and not counted here).
+	EchoUp, EchoDown uint64
 	// DNSQueries counts queries relayed to the upstream resolver (UDP
 	// datagrams and TCP connections).
 	DNSQueries uint64
@@ -94,6 +98,7 @@ type counters struct {
 	tcpOpened, udpOpened, connectFailed, tcpResets   atomic.Uint64
 	tcpUp, tcpDown, udpPktUp, udpPktDn, udpUp, udpDn atomic.Uint64
 	dns, fwdConns, fwdFailed, udpDropped             atomic.Uint64
+	echoUp, echoDown                                 atomic.Uint64
 	refused                                          [numReasons]atomic.Uint64
 }
 
@@ -105,7 +110,7 @@ func (c *counters) snapshot() Stats {
 		TCPBytesUp: c.tcpUp.Load(), TCPBytesDown: c.tcpDown.Load(),
 		UDPPacketsUp: c.udpPktUp.Load(), UDPPacketsDn: c.udpPktDn.Load(),
 		UDPBytesUp: c.udpUp.Load(), UDPBytesDown: c.udpDn.Load(),
-		DNSQueries: c.dns.Load(), UDPDropped: c.udpDropped.Load(), ForwardConns: c.fwdConns.Load(), ForwardFailed: c.fwdFailed.Load(),
+		DNSQueries: c.dns.Load(), EchoUp: c.echoUp.Load(), EchoDown: c.echoDown.Load(), UDPDropped: c.udpDropped.Load(), ForwardConns: c.fwdConns.Load(), ForwardFailed: c.fwdFailed.Load(),
 	}
 	for i := range s.Refused {
 		s.Refused[i] = c.refused[i].Load()

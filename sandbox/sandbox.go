@@ -48,6 +48,8 @@ type Sandbox struct {
 	wg       sync.WaitGroup              // every goroutine of ours
 	closeErr error
 
+	echo echoRelay
+
 	halfMu    sync.Mutex
 	halfByDst map[netip.AddrPort]int // host-side connects in progress
 	once      sync.Once
@@ -63,6 +65,7 @@ func New(cfg Config) (*Sandbox, error) {
 	}
 	s := &Sandbox{cfg: cfg, tcp: map[*tcpRelay]struct{}{}, udp: map[netip.AddrPort]*udpFlow{}, halfByDst: map[netip.AddrPort]int{}}
 	s.pol.cfg = cfg
+	s.echo.init(s)
 	if !cfg.NoDNS {
 		s.pol.dns = upstreams(cfg.DNSUpstream)
 	}
@@ -115,7 +118,7 @@ func (s *Sandbox) buildStack() error {
 	fwd := tcp.NewForwarder(gs, 0, c.MaxHalfOpen, s.handleTCP)
 	gs.SetTransportProtocolHandler(tcp.ProtocolNumber, fwd.HandlePacket)
 	gs.SetTransportProtocolHandler(udp.ProtocolNumber, s.handleUDP)
-	id, err := st.AddNIC(s.ep, &stack.NICOptions{Name: s.ep.Name(), Qdisc: c.Qdisc})
+	id, err := st.AddNIC(&icmpTap{Endpoint: s.ep, s: s}, &stack.NICOptions{Name: s.ep.Name(), Qdisc: c.Qdisc})
 	if err != nil {
 		s.ep.Close()
 		return fmt.Errorf("sandbox: %w", err)
@@ -209,6 +212,7 @@ func (s *Sandbox) Close() error {
 		for _, f := range flows {
 			f.close()
 		}
+		s.echo.close()
 		s.wg.Wait()
 		if s.st != nil {
 			if err := s.st.Close(); err != nil {

@@ -146,3 +146,8 @@ func CounterNames(m map[string]uint64) []string {
 	sort.Strings(names)
 	return names
 }
+
+// Poller returns the stack's busy poller, for readers outside this package
+// (package sandbox's relays) that wait on gVisor endpoints themselves; its
+// Wait returns false at once when busy polling is off.
+func (s *Stack) Poller() *poll.Poller { return s.poller }

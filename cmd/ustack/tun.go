@@ -286,8 +286,8 @@ Flags:
 func writeTunStats(w io.Writer, st sandbox.Stats) {
 	fmt.Fprintf(w, "ustack tun: tcp flows %d (now %d), udp mappings %d (now %d), dns queries %d, forwards %d (failed %d)\n",
 		st.TCPOpened, st.TCPFlows, st.UDPOpened, st.UDPFlows, st.DNSQueries, st.ForwardConns, st.ForwardFailed)
-	fmt.Fprintf(w, "ustack tun: tcp bytes up %d down %d, udp datagrams up %d down %d (dropped %d), connects failed %d, resets %d\n",
-		st.TCPBytesUp, st.TCPBytesDown, st.UDPPacketsUp, st.UDPPacketsDn, st.UDPDropped, st.ConnectFailed, st.TCPResets)
+	fmt.Fprintf(w, "ustack tun: tcp bytes up %d down %d, udp datagrams up %d down %d (dropped %d), pings up %d down %d, connects failed %d, resets %d\n",
+		st.TCPBytesUp, st.TCPBytesDown, st.UDPPacketsUp, st.UDPPacketsDn, st.UDPDropped, st.EchoUp, st.EchoDown, st.ConnectFailed, st.TCPResets)
 	var refused []string
 	for _, r := range sandbox.Reasons() {
 		if n := st.Refused[r]; n > 0 {
