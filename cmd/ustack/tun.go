@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"syscall"
 
@@ -63,6 +64,7 @@ func tunMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		metrics    = fs.String("metrics", "", "serve Prometheus metrics on this host address, e.g. 127.0.0.1:9100")
 		printStats = fs.Bool("stats", false, "print the relay's counters on exit")
 		cpuProfile = fs.String("cpuprofile", "", "write a CPU profile of ustack (not of CMD) to this file")
+		traceFile  = fs.String("trace", "", "write an execution trace of ustack (go tool trace) to this file")
 	)
 	fs.Var(&allow, "allow", "CIDR the sandbox may reach; repeatable; with any, nothing else is reachable")
 	fs.Var(&deny, "deny", "CIDR the sandbox may not reach; repeatable; wins over -allow")
@@ -214,6 +216,19 @@ Flags:
 			return 1
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *traceFile != "" {
+		f, err := os.Create(*traceFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "ustack tun: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			fmt.Fprintf(stderr, "ustack tun: -trace: %v\n", err)
+			return 1
+		}
+		defer trace.Stop()
 	}
 	sb, err := sandbox.New(d)
 	if err != nil {

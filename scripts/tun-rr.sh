@@ -1,0 +1,79 @@
+#!/bin/bash
+# tun-rr.sh - TCP request/response latency (sockperf ping-pong, 64-byte
+# messages) from a network namespace to a server on the host's loopback,
+# through slirp4netns, pasta and `ustack tun`, in one run, alternating the
+# peers REPS times; prints the median of each peer's average latency and
+# its p50/p99 of the median run. The companion of ../shared/tools/peers.sh
+# (throughput) for the sandbox issue.
+#
+# Needs root, sockperf, slirp4netns and pasta (Debian packages), and a built
+# ustack (USTACK, default: go build into a temporary directory). Everything
+# it creates (one namespace, processes) is removed on exit; no traffic
+# leaves loopback and the namespaces it creates.
+#
+# Env: DUR [5] seconds per run, REPS [3], PORT [5401], MSG [64] bytes,
+#      USTACK [built here], PEERS ["kernel slirp4netns pasta ustack"]
+set -u
+export LC_ALL=C
+DUR=${DUR:-5} REPS=${REPS:-3} PORT=${PORT:-5401} MSG=${MSG:-64}
+PEERS=${PEERS:-"kernel slirp4netns pasta ustack"}
+[ "$(id -u)" = 0 ] || { echo "tun-rr.sh: must run as root" >&2; exit 1; }
+for t in sockperf slirp4netns pasta ip; do
+    command -v "$t" >/dev/null || { echo "tun-rr.sh: missing $t (apt-get install sockperf slirp4netns passt)" >&2; exit 1; }
+done
+WORK=$(mktemp -d -t tun-rr.XXXXXX)
+NS=tunrr-$$
+PIDS=()
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+    ip netns del "$NS" 2>/dev/null
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if [ -z "${USTACK:-}" ]; then
+    USTACK=$WORK/ustack
+    (cd "$(dirname "$0")/.." && go build -o "$USTACK" ./cmd/ustack) || exit 1
+fi
+sockperf server --tcp -i 127.0.0.1 -p "$PORT" >"$WORK/server.log" 2>&1 &
+PIDS+=($!)
+ip netns add "$NS" || exit 1
+slirp4netns --configure --mtu=65520 --netns-type=path "/var/run/netns/$NS" tap0 >"$WORK/slirp.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 50); do ip -n "$NS" -4 addr show dev tap0 2>/dev/null | grep -q 'inet ' && break; sleep 0.1; done
+GW=$(ip -4 route show default | awk '/^default/{print $3; exit}')
+sleep 0.5
+
+client() { echo sockperf ping-pong --tcp -p "$PORT" -m "$MSG" -t "$DUR" -i "$1"; }
+run_peer() {   # run_peer NAME -> prints "avg p50 p99" in usec
+    local out
+    case $1 in
+        kernel) out=$($(client 127.0.0.1) 2>&1) ;;
+        slirp4netns) out=$(ip netns exec "$NS" $(client 10.0.2.2) 2>&1) ;;
+        pasta) out=$(pasta --runas 0 --config-net -q -f -- $(client "$GW") 2>&1) ;;
+        ustack) out=$("$USTACK" tun -allow-host-loopback -- $(client 198.18.0.1) 2>&1) ;;
+    esac
+    echo "$out" >>"$WORK/$1.log"
+    local avg p50 p99
+    avg=$(echo "$out" | sed -n 's/.*Summary: Latency is \([0-9.]*\) usec.*/\1/p' | tail -1)
+    p50=$(echo "$out" | sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' | tail -1)
+    p99=$(echo "$out" | sed -n 's/.*percentile 99.000 = *\([0-9.]*\).*/\1/p' | tail -1)
+    echo "${avg:-fail} ${p50:-fail} ${p99:-fail}"
+}
+declare -A RES
+for r in $(seq "$REPS"); do
+    for p in $PEERS; do RES[$p]+="$(run_peer "$p")"$'\n'; done
+done
+printf '# %s %s cpus, sockperf TCP ping-pong %dB, %ss x %d runs (alternating); latency usec (half round trip, as sockperf reports)\n' \
+    "$(date -u +%FT%TZ)" "$(nproc)" "$MSG" "$DUR" "$REPS"
+printf '%-12s %9s %9s %9s %12s  %s\n' peer avg p50 p99 "trans/s" runs
+for p in $PEERS; do
+    # the run with the median average
+    line=$(printf '%s' "${RES[$p]}" | grep -E '^[0-9.]+ ' | sort -g | awk '{a[NR]=$0} END{if(NR) print a[int((NR+1)/2)]}')
+    runs=$(printf '%s' "${RES[$p]}" | awk '{printf "%s%s", (NR>1?"/":""), $1}')
+    if [ -z "$line" ]; then printf '%-12s %9s\n' "$p" fail; continue; fi
+    set -- $line
+    printf '%-12s %9s %9s %9s %12.0f  %s\n' "$p" "$1" "$2" "$3" "$(echo "1000000 / (2 * $1)" | bc -l)" "$runs"
+done
