@@ -31,6 +31,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 	"golang.org/x/sys/unix"
 
+	"github.com/ustack-dev/ustack/internal/netns"
 	"github.com/ustack-dev/ustack/sandbox"
 	"github.com/ustack-dev/ustack/serve"
 )
@@ -720,4 +721,39 @@ func TestSandboxFlood(t *testing.T) {
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
 	require.Less(t, after.HeapInuse, before.HeapInuse+256<<20, "heap grew by %d MiB", (after.HeapInuse-before.HeapInuse)>>20)
+}
+
+// TestSandboxAttach serves a namespace that exists already (ustack tun
+// -netns), as slirp4netns does: a client in it reaches the host through the
+// gateway, and Close leaves the namespace as it found it, device removed.
+func TestSandboxAttach(t *testing.T) {
+	if err := nsProbe(); err != nil {
+		t.Skipf("sandbox tests need network namespaces and TUN: %v", err)
+	}
+	hs := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
+	ns, err := netns.New("sbattach")
+	require.NoError(t, err)
+	defer ns.Close()
+	sb, err := sandbox.New(sandbox.Config{NetNS: "/var/run/netns/" + ns.Name, AllowHostLoopback: true})
+	require.NoError(t, err)
+	var body []byte
+	require.NoError(t, ns.Do(func() error {
+		c, err := net.Dial("tcp", netip.AddrPortFrom(sandbox.DefaultGateway4, hs.http.Port()).String())
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "GET /bytes/1000 HTTP/1.0\r\n\r\n")
+		body, err = io.ReadAll(c)
+		return err
+	}))
+	require.Contains(t, string(body), "200 OK")
+	require.NoError(t, sb.Close())
+	require.NoError(t, ns.Do(func() error {
+		_, err := netlink.LinkByName(sandbox.DefaultDevice)
+		if err == nil {
+			return errors.New("the TUN device outlived the sandbox")
+		}
+		return nil
+	}))
 }

@@ -213,7 +213,7 @@ func (r *tcpRelay) up() {
 				r.abort(true)
 				return
 			}
-			if w.full && !r.waitHost(true) {
+			if w.full && !r.waitHost() {
 				return
 			}
 		case *tcpip.ErrWouldBlock:
@@ -325,7 +325,7 @@ func (r *tcpRelay) waitReadable() (avail int, eof bool, err error) {
 
 // waitHost parks until the host socket is writable; false means the relay
 // is over.
-func (r *tcpRelay) waitHost(write bool) bool {
+func (r *tcpRelay) waitHost() bool {
 	err := r.rc.Write(func(fd uintptr) bool {
 		// poll(2) checks the level after the poller was re-armed.
 		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
