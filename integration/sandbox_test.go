@@ -414,13 +414,24 @@ func TestSandbox(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "ok\n", out)
 		require.Eventually(t, func() bool { return sb.Stats().UDPPacketsDn >= 64 }, 10*time.Second, time.Millisecond)
+		require.Zero(t, sb.Stats().UDPDropped, "datagrams lost in the relay")
 	})
 	t.Run("dns", func(t *testing.T) {
 		before := sb.Stats().DNSQueries
 		out, err := inSandbox(t, sb, "dns", strings.TrimSuffix(dnsName, "."))
+		defer func() {
+			if t.Failed() {
+				nic, _ := sb.Stack().Stats().NIC(sb.Device())
+				t.Logf("relay: %+v", sb.Stats())
+				t.Logf("link: %+v", nic.Link)
+				t.Logf("gVisor UDP: %d received, %d unknown port, %d sent", sb.Stack().Stats().Counter("UDP.PacketsReceived"),
+					sb.Stack().Stats().Counter("UDP.UnknownPortErrors"), sb.Stack().Stats().Counter("UDP.PacketsSent"))
+			}
+		}()
 		require.NoError(t, err)
 		require.ElementsMatch(t, []string{dnsA.String(), dnsAAAA.String()}, strings.Fields(out))
 		require.Greater(t, sb.Stats().DNSQueries, before)
+		require.Zero(t, sb.Stats().UDPDropped, "datagrams lost in the relay")
 	})
 	t.Run("port-forward", func(t *testing.T) {
 		self, err := os.Executable()

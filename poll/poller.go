@@ -352,7 +352,10 @@ func (s Stats) Sub(old Stats) Stats {
 
 var epoch = time.Now()
 
-func nanotime() int64 { return int64(time.Since(epoch)) }
+// nanotime is a monotonic clock in nanoseconds. It is a variable so that a
+// test can stop it: a wait whose budget cannot run out counts its polls
+// exactly, however the machine schedules it.
+var nanotime = func() int64 { return int64(time.Since(epoch)) }
 
 // runnableMetric counts goroutines waiting in run queues, across the
 // process. Reading it takes the scheduler lock and costs about 170 ns, so

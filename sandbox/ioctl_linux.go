@@ -2,6 +2,5 @@ package sandbox
 
 import "golang.org/x/sys/unix"
 
-// sioCINQ asks a socket how many bytes it holds to read (for UDP: the
-// size of the next datagram).
+// sioCINQ asks a TCP socket how many bytes it holds to read.
 const sioCINQ = unix.SIOCINQ

@@ -167,11 +167,22 @@ func (f *udpFlow) receiveLoop() {
 		}
 		f.conn.SetReadDeadline(deadline)
 		err := f.rc.Read(func(fd uintptr) bool {
-			for {
-				if !f.receiveOne(int(fd)) {
-					return false // drained: wait for more
+			// Drain the socket: the poller reports it readable once per
+			// arrival, not while data is queued. An error (an ICMP error
+			// the kernel reports once, EINTR) is retried, since a datagram
+			// may still wait behind it; a few in a row mean give up until
+			// the next arrival.
+			for errs := 0; errs < 8; {
+				switch f.receiveOne(int(fd)) {
+				case received:
+					errs = 0
+				case empty:
+					return false
+				default:
+					errs++
 				}
 			}
+			return false
 		})
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			return // closed
@@ -179,13 +190,27 @@ func (f *udpFlow) receiveLoop() {
 	}
 }
 
-// receiveOne moves one datagram from the host socket to the sandbox and
-// reports whether there was one.
-func (f *udpFlow) receiveOne(fd int) bool {
+// What receiveOne found.
+type recvResult int
+
+const (
+	received  recvResult = iota // a datagram, passed on or counted as refused
+	empty                       // nothing to read
+	recvError                   // an error instead of a datagram
+)
+
+// receiveOne moves one datagram from the host socket to the sandbox.
+func (f *udpFlow) receiveOne(fd int) recvResult {
 	s := f.s
-	n, err := unix.IoctlGetInt(fd, sioCINQ)
+	// Peek at the next datagram's length first (MSG_TRUNC reports it
+	// whole), so it lands in a packet of its size; SIOCINQ would race
+	// with a datagram arriving between the two calls.
+	n, _, err := unix.Recvfrom(fd, nil, unix.MSG_PEEK|unix.MSG_TRUNC|unix.MSG_DONTWAIT)
+	if err == unix.EAGAIN {
+		return empty
+	}
 	if err != nil {
-		return false
+		return recvError
 	}
 	hlen := header.IPv4MinimumSize + header.UDPMinimumSize
 	if f.v6 {
@@ -196,7 +221,7 @@ func (f *udpFlow) receiveOne(fd int) bool {
 	m, from, err := unix.Recvfrom(fd, b[hlen:], unix.MSG_DONTWAIT|unix.MSG_TRUNC)
 	if err != nil {
 		v.Release()
-		return err == unix.EINTR
+		return recvError
 	}
 	f.touch()
 	ap := fromSockaddr(from)
@@ -205,8 +230,8 @@ func (f *udpFlow) receiveOne(fd int) bool {
 	case !ok:
 		s.refuse(policyReason(s, ap))
 	case m > n || hlen+m > int(s.cfg.MTU) || m > 0xffff-header.UDPMinimumSize:
-		// Grew since SIOCINQ (truncated), or cannot be sent whole: the
-		// device carries no fragments we make.
+		// Truncated (cannot happen: we are the socket's only reader), or
+		// cannot be sent whole: the device carries no fragments we make.
 		s.c.udpDropped.Add(1)
 	case src.Addr().Is4() != f.src.Addr().Is4():
 		s.refuse(Denied)
@@ -223,10 +248,10 @@ func (f *udpFlow) receiveOne(fd int) bool {
 			s.c.udpPktDn.Add(1)
 			s.c.udpDn.Add(uint64(m))
 		}
-		return true
+		return received
 	}
 	v.Release()
-	return true
+	return received
 }
 
 // policyReason says why a datagram from ap may not reach the sandbox.
