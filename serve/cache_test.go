@@ -33,9 +33,13 @@ func TestConnBuffersRecycled(t *testing.T) {
 	svc := h.Services()
 	require.Eventually(t, func() bool { return svc.CacheStats().Returns == conns }, time.Minute, time.Millisecond,
 		"every conn's buffer came back")
-	echo() // takes a returned buffer: a hit, published at the next Accept
-	require.Eventually(t, func() bool { return svc.CacheStats().Hits >= 1 }, time.Minute, time.Millisecond)
+	echo() // takes a returned buffer, published at the next Accept
+	require.Eventually(t, func() bool { s := svc.CacheStats(); return s.Hits+s.Misses == conns+1 }, time.Minute, time.Millisecond)
 	s := svc.CacheStats()
 	require.LessOrEqual(t, s.Held, int64(64))
-	require.EqualValues(t, conns+1, s.Hits+s.Misses)
+	// A hit, unless the accept loop sat parked past the idle period (a
+	// loaded machine) and its buffers were released meanwhile.
+	if s.Released == 0 {
+		require.GreaterOrEqual(t, s.Hits, uint64(1), "the sixth conn reused a buffer")
+	}
 }
