@@ -349,6 +349,8 @@ type hostWriter struct {
 
 var errWouldBlock = errors.New("host socket buffer full")
 
+// Write implements io.Writer: it writes what the socket takes now and
+// reports errWouldBlock (with full set) for the rest.
 func (w *hostWriter) Write(p []byte) (int, error) {
 	done := 0
 	for done < len(p) {
@@ -391,6 +393,7 @@ func (r *hostReader) Len() int { return r.n }
 
 var errShortRead = errors.New("host socket returned less than it announced")
 
+// Read implements io.Reader, reading at most the n bytes announced.
 func (r *hostReader) Read(p []byte) (int, error) {
 	if r.n == 0 {
 		return 0, nil
