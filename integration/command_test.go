@@ -27,9 +27,7 @@ func TestServeCommand(t *testing.T) {
 	if err := nsProbe(); err != nil {
 		t.Skipf("needs network namespaces: %v", err)
 	}
-	bin := filepath.Join(t.TempDir(), "ustack")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/ustack-dev/ustack/cmd/ustack").CombinedOutput()
-	require.NoError(t, err, "build ustack: %s", out)
+	bin := buildUstack(t)
 
 	k, err := netns.New("cmdk")
 	require.NoError(t, err)
@@ -88,4 +86,14 @@ func TestServeCommand(t *testing.T) {
 		cmd.Process.Kill()
 		t.Fatal("ustack serve did not exit after SIGTERM")
 	}
+}
+
+// buildUstack builds the real ustack binary into the test's temporary
+// directory and returns its path.
+func buildUstack(tb testing.TB) string {
+	tb.Helper()
+	bin := filepath.Join(tb.TempDir(), "ustack")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/ustack-dev/ustack/cmd/ustack").CombinedOutput()
+	require.NoError(tb, err, "build ustack: %s", out)
+	return bin
 }

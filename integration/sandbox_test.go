@@ -16,7 +16,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -202,16 +201,24 @@ func childMain(mode string, args []string) (string, error) {
 	return "", fmt.Errorf("unknown mode %q", mode)
 }
 
-// inSandbox runs the test binary as mode inside sb and returns its output.
-func inSandbox(tb testing.TB, sb *sandbox.Sandbox, mode string, args ...string) (string, error) {
+// childCmd is the test binary playing mode with args, started through the
+// command line wrap (such as ustack tun ... --) if it is not empty.
+func childCmd(tb testing.TB, wrap []string, mode string, args ...string) *exec.Cmd {
 	self, err := os.Executable()
 	require.NoError(tb, err)
-	cmd := exec.Command(self, args...)
+	argv := append(append(append([]string(nil), wrap...), self), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), childEnv+"="+mode)
+	return cmd
+}
+
+// inSandbox runs the test binary as mode inside sb and returns its output.
+func inSandbox(tb testing.TB, sb *sandbox.Sandbox, mode string, args ...string) (string, error) {
+	cmd := childCmd(tb, nil, mode, args...)
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = os.Stderr
-	err = sb.Run(cmd, nil)
+	err := sb.Run(cmd, nil)
 	return out.String(), err
 }
 
@@ -434,10 +441,7 @@ func TestSandbox(t *testing.T) {
 		require.Zero(t, sb.Stats().UDPDropped, "datagrams lost in the relay")
 	})
 	t.Run("port-forward", func(t *testing.T) {
-		self, err := os.Executable()
-		require.NoError(t, err)
-		cmd := exec.Command(self, "7000")
-		cmd.Env = append(os.Environ(), childEnv+"=echo-server")
+		cmd := childCmd(t, nil, "echo-server", "7000")
 		stdin, err := cmd.StdinPipe()
 		require.NoError(t, err)
 		stdout, err := cmd.StdoutPipe()
@@ -591,28 +595,22 @@ func TestTunCommand(t *testing.T) {
 	if err := nsProbe(); err != nil {
 		t.Skipf("sandbox tests need network namespaces and TUN: %v", err)
 	}
-	bin := filepath.Join(t.TempDir(), "ustack")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/ustack-dev/ustack/cmd/ustack").CombinedOutput()
-	require.NoError(t, err, "build ustack: %s", out)
+	bin := buildUstack(t)
 	hs := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
-	self, err := os.Executable()
-	require.NoError(t, err)
 
 	cmd := exec.Command(bin, "tun", "--", "sh", "-c", "exit 7")
-	err = cmd.Run()
+	err := cmd.Run()
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, 7, ee.ExitCode())
 
 	url := fmt.Sprintf("http://%s/bytes/%d", netip.AddrPortFrom(sandbox.DefaultGateway4, hs.http.Port()), 1<<20)
-	cmd = exec.Command(bin, "tun", "-allow-host-loopback", "-stats", "--", self, url)
-	cmd.Env = append(os.Environ(), childEnv+"=fetch")
-	out, err = cmd.Output()
+	cmd = childCmd(t, []string{bin, "tun", "-allow-host-loopback", "-stats", "--"}, "fetch", url)
+	out, err := cmd.Output()
 	require.NoError(t, err)
 	require.Equal(t, fmt.Sprintf("%s %d\n", patternSum(1<<20), 1<<20), string(out))
 
-	cmd = exec.Command(bin, "tun", "--", self, url)
-	cmd.Env = append(os.Environ(), childEnv+"=fetch")
+	cmd = childCmd(t, []string{bin, "tun", "--"}, "fetch", url)
 	_, err = cmd.Output()
 	require.ErrorAs(t, err, &ee, "without -allow-host-loopback the fetch fails")
 	require.Equal(t, 1, ee.ExitCode())

@@ -105,7 +105,7 @@ func (s *Sandbox) forwardTCP(f Forward, c *net.TCPConn) {
 	}
 	s.c.fwdConns.Add(1)
 	s.c.tcpOpened.Add(1)
-	s.relay(ep, wq, c, true)
+	s.relay(ep, wq, c)
 }
 
 // connectSandbox opens a TCP connection from ustack to dst in the sandbox.

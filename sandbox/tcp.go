@@ -73,7 +73,7 @@ func (s *Sandbox) handleTCP(r *tcp.ForwarderRequest) {
 	}
 	released = true // the relay owns the flow's count now
 	s.c.tcpOpened.Add(1)
-	s.relay(ep, &wq, host, true)
+	s.relay(ep, &wq, host)
 }
 
 // takeHalfOpen counts a host-side connect to to, unless to already has
@@ -124,16 +124,16 @@ type tcpRelay struct {
 	rc   syscall.RawConn
 	done chan struct{} // closed by abort
 	once sync.Once
-	// countFlow says whether the relay holds one of s.c.tcpFlows.
-	countFlow bool
 }
 
-// relay runs the connection until both directions have ended, in two
-// goroutines of the sandbox's; the host connection and the endpoint are
-// the relay's from here on.
-func (s *Sandbox) relay(ep tcpip.Endpoint, wq *waiter.Queue, host *net.TCPConn, countFlow bool) {
+// relay runs the connection until both directions have ended: the
+// sandbox-to-host pump in a goroutine of its own, the other in the
+// caller's, which must be one the Sandbox waits for in Close. The host
+// connection, the endpoint and one of s.c.tcpFlows are the relay's from
+// here on.
+func (s *Sandbox) relay(ep tcpip.Endpoint, wq *waiter.Queue, host *net.TCPConn) {
 	rc, err := host.SyscallConn()
-	r := &tcpRelay{s: s, ep: ep, wq: wq, host: host, rc: rc, done: make(chan struct{}), countFlow: countFlow}
+	r := &tcpRelay{s: s, ep: ep, wq: wq, host: host, rc: rc, done: make(chan struct{})}
 	s.mu.Lock()
 	if s.closed || err != nil {
 		s.mu.Unlock()
@@ -141,20 +141,15 @@ func (s *Sandbox) relay(ep tcpip.Endpoint, wq *waiter.Queue, host *net.TCPConn, 
 		return
 	}
 	s.tcp[r] = struct{}{}
-	s.wg.Add(1)
 	s.mu.Unlock()
-	var pumps sync.WaitGroup
-	pumps.Add(2)
-	go func() { defer pumps.Done(); r.up() }()
-	go func() { defer pumps.Done(); r.down() }()
-	go func() {
-		defer s.wg.Done()
-		pumps.Wait()
-		s.mu.Lock()
-		delete(s.tcp, r)
-		s.mu.Unlock()
-		r.finish(false)
-	}()
+	up := make(chan struct{})
+	go func() { defer close(up); r.up() }()
+	r.down()
+	<-up
+	s.mu.Lock()
+	delete(s.tcp, r)
+	s.mu.Unlock()
+	r.finish(false)
 }
 
 // finish releases both sides once the pumps are done.
@@ -165,9 +160,7 @@ func (r *tcpRelay) finish(reset bool) {
 	}
 	r.host.Close()
 	r.ep.Close()
-	if r.countFlow {
-		r.s.c.tcpFlows.Add(-1)
-	}
+	r.s.c.tcpFlows.Add(-1)
 }
 
 // abort ends both directions at once; with reset the peers see resets

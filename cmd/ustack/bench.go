@@ -67,11 +67,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "Usage: ustack bench [flags]\n\nRuns netperf-style tests between two ustack hosts in this process and\nprints one row per configuration (medians of -count runs, alternated).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, ok := parseFlags(fs, args); !ok {
+		return status
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "ustack bench: unexpected argument %q\n", fs.Arg(0))

@@ -3,6 +3,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -63,4 +65,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ustack: unknown command %q: valid commands are bench, serve, tun, help\n", args[0])
 		return 2
 	}
+}
+
+// parseFlags parses a command's flags; when it reports !ok the command
+// returns status at once: 0 after -h (the usage was printed), 2 for a bad
+// flag (the flag package said which).
+func parseFlags(fs *flag.FlagSet, args []string) (status int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	return 0, true
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -42,11 +41,8 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "Usage: ustack serve -link afpacket:IFACE|tun:NAME -addr CIDR[,CIDR] [flags]\n\nRuns a ustack host on a real interface with echo, discard and HTTP\nservices until SIGINT or SIGTERM.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, ok := parseFlags(fs, args); !ok {
+		return status
 	}
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "ustack serve: "+format+"\n", a...)

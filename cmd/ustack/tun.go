@@ -82,11 +82,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, ok := parseFlags(fs, args); !ok {
+		return status
 	}
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "ustack tun: "+format+"\n", a...)
@@ -204,32 +201,12 @@ Flags:
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			fmt.Fprintf(stderr, "ustack tun: %v\n", err)
-			return 1
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintf(stderr, "ustack tun: -cpuprofile: %v\n", err)
-			return 1
-		}
-		defer pprof.StopCPUProfile()
+	stopProfiles, err := startProfiles(*cpuProfile, *traceFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "ustack tun: %v\n", err)
+		return 1
 	}
-	if *traceFile != "" {
-		f, err := os.Create(*traceFile)
-		if err != nil {
-			fmt.Fprintf(stderr, "ustack tun: %v\n", err)
-			return 1
-		}
-		defer f.Close()
-		if err := trace.Start(f); err != nil {
-			fmt.Fprintf(stderr, "ustack tun: -trace: %v\n", err)
-			return 1
-		}
-		defer trace.Stop()
-	}
+	defer stopProfiles()
 	sb, err := sandbox.New(d)
 	if err != nil {
 		fmt.Fprintf(stderr, "ustack tun: %v\n", err)
@@ -312,4 +289,39 @@ func writeTunStats(w io.Writer, st sandbox.Stats) {
 	if len(refused) > 0 {
 		fmt.Fprintf(w, "ustack tun: refused: %s\n", strings.Join(refused, ", "))
 	}
+}
+
+// startProfiles starts a CPU profile and an execution trace into the files
+// named ("" for none); the returned func stops both and closes the files.
+func startProfiles(cpuPath, tracePath string) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	for _, p := range []struct {
+		flag, path string
+		start      func(io.Writer) error
+		end        func()
+	}{
+		{"-cpuprofile", cpuPath, pprof.StartCPUProfile, pprof.StopCPUProfile},
+		{"-trace", tracePath, trace.Start, trace.Stop},
+	} {
+		if p.path == "" {
+			continue
+		}
+		f, err := os.Create(p.path)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("%s: %w", p.flag, err)
+		}
+		if err := p.start(f); err != nil {
+			f.Close()
+			stop()
+			return nil, fmt.Errorf("%s: %w", p.flag, err)
+		}
+		stops = append(stops, func() { p.end(); f.Close() })
+	}
+	return stop, nil
 }
