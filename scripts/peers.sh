@@ -51,7 +51,7 @@ PIDS+=($!)
 for _ in $(seq 50); do ip -n "$NS" -4 addr show dev tap0 2>/dev/null | grep -q 'inet ' && break; sleep 0.1; done
 # pasta maps the host's default gateway address to the host's loopback.
 GW=$(ip -4 route show default | awk '/^default/{print $3; exit}')
-for _ in $(seq 50); do iperf3 -c 127.0.0.1 -p "$PORT" -t 0.1 >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 50); do ss -Hltn "sport = :$PORT" | grep -q . && break; sleep 0.1; done
 
 # client PEER -> the command that runs iperf3 (its further arguments
 # appended) inside that peer's sandbox
