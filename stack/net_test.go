@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
 	"golang.org/x/net/nettest"
+	"gvisor.dev/gvisor/pkg/tcpip"
 
 	"github.com/ustack-dev/ustack/stack"
 	"github.com/ustack-dev/ustack/stack/stacktest"
@@ -68,8 +69,9 @@ func echoPackets(pc net.PacketConn) {
 }
 
 // TestNetTestConnDialListen runs x/net's conformance suite on conns from
-// DialContext and Listen, over IPv4 and IPv6, with the stack's default
-// conns and with busy polling on.
+// DialContext and Listen, over IPv4 and IPv6. (The conns are DialTCP's,
+// which TestNetTestConn and its cache and busy-polling variants cover
+// in every configuration.)
 func TestNetTestConnDialListen(t *testing.T) {
 	for _, tc := range []struct {
 		network string
@@ -414,4 +416,40 @@ func TestNetClosedStack(t *testing.T) {
 	require.ErrorIs(t, err, stack.ErrClosed)
 	_, err = s.ListenPacket("ip6:ipv6-icmp", "")
 	require.ErrorIs(t, err, stack.ErrClosed)
+}
+
+// TestConnResetTranslated resets a connection under a reader: the error
+// is ECONNRESET, whether the read waits in the stack's conn or, with a
+// deadline set, in gonet's.
+func TestConnResetTranslated(t *testing.T) {
+	for _, deadline := range []bool{false, true} {
+		t.Run(fmt.Sprintf("deadline=%v", deadline), func(t *testing.T) {
+			p := stacktest.New(t, nil)
+			ln, err := p.B.Listen("tcp", ":80")
+			require.NoError(t, err)
+			defer ln.Close()
+			accepted := acceptOne(ln)
+			c, err := p.A.Dial("tcp", "198.18.0.2:80")
+			require.NoError(t, err)
+			defer c.Close()
+			if deadline {
+				require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+			}
+			sc := <-accepted
+			require.NotNil(t, sc)
+			// Linger 0: Close sends a reset, not a FIN.
+			stack.EndpointOf(sc).SocketOptions().SetLinger(tcpip.LingerOption{Enabled: true})
+			read := make(chan error, 1)
+			go func() {
+				_, err := c.Read(make([]byte, 16))
+				read <- err
+			}()
+			require.NoError(t, sc.Close())
+			err = <-read
+			var op *net.OpError
+			require.ErrorAs(t, err, &op)
+			require.Equal(t, "read", op.Op)
+			require.ErrorIs(t, err, syscall.ECONNRESET)
+		})
+	}
 }
