@@ -2,6 +2,7 @@ package stack
 
 import (
 	"fmt"
+	"net/netip"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -41,6 +42,10 @@ type Options struct {
 	// own caches are their options' (afpacket.Options.NoCache,
 	// tun.Options.NoCache).
 	Cache CacheMode
+	// DNS lists the DNS servers that Resolver, and DialContext for host
+	// names, ask through this stack, on port 53, first one first (see
+	// Resolver). Empty means names cannot be resolved: dial addresses.
+	DNS []netip.Addr
 }
 
 // CacheMode turns the stack's buffer caching on or off.

@@ -2,7 +2,6 @@ package stack
 
 import (
 	"bytes"
-	"errors"
 	"io"
 	"net"
 	"sync"
@@ -189,14 +188,15 @@ func (c *connIO) write(ep tcpip.Endpoint, b []byte, to *tcpip.FullAddress) (n in
 	return int(m), err, true
 }
 
-// connError builds the error gonet would for a failed call: io.EOF for a
-// read after the peer closed, otherwise a *net.OpError with the endpoint's
-// message, its local address as the source and remote as the address.
+// connError builds the error gonet would for a failed call, translated
+// as netError does: io.EOF for a read after the peer closed, otherwise a
+// *net.OpError with its local address as the source and remote as the
+// address.
 func connError(op, network string, err tcpip.Error, local, remote net.Addr) error {
 	if _, eof := err.(*tcpip.ErrClosedForReceive); eof && op == "read" {
 		return io.EOF
 	}
-	return &net.OpError{Op: op, Net: network, Source: local, Addr: remote, Err: errors.New(err.String())}
+	return &net.OpError{Op: op, Net: network, Source: local, Addr: remote, Err: netError(err)}
 }
 
 // tcpConn is a gonet TCP conn with busy-polling reads (gate, nil when off)
@@ -227,7 +227,7 @@ func (c *tcpConn) Read(b []byte) (int, error) {
 			return res.Count, nil
 		}
 	}
-	return c.TCPConn.Read(b)
+	return gonetN(c.TCPConn.Read(b))
 }
 
 // Write implements net.Conn.
@@ -240,7 +240,7 @@ func (c *tcpConn) Write(b []byte) (int, error) {
 		return n, nil
 	}
 	m, gerr := c.TCPConn.Write(b[n:])
-	return n + m, gerr
+	return n + m, gonetError(gerr)
 }
 
 // SetDeadline implements net.Conn.
@@ -321,13 +321,14 @@ func (c *udpSocket) Read(b []byte) (int, error) {
 	case handled:
 		return res.Count, nil
 	}
-	return c.UDPConn.Read(b)
+	return gonetN(c.UDPConn.Read(b))
 }
 
 // ReadFrom implements net.PacketConn.
 func (c *udpSocket) ReadFrom(b []byte) (int, net.Addr, error) {
 	c.gate.wait(1)
-	return c.UDPConn.ReadFrom(b)
+	n, from, err := c.UDPConn.ReadFrom(b)
+	return n, from, gonetError(err)
 }
 
 // Write implements net.Conn.
@@ -340,7 +341,7 @@ func (c *udpSocket) Write(b []byte) (int, error) {
 	case done:
 		return n, nil
 	}
-	return c.UDPConn.Write(b)
+	return gonetN(c.UDPConn.Write(b))
 }
 
 // WriteTo implements net.PacketConn.
@@ -356,7 +357,7 @@ func (c *udpSocket) WriteTo(b []byte, addr net.Addr) (int, error) {
 			return n, nil
 		}
 	}
-	return c.UDPConn.WriteTo(b, addr)
+	return gonetN(c.UDPConn.WriteTo(b, addr))
 }
 
 // SetDeadline implements net.Conn.

@@ -29,6 +29,7 @@ type Stack struct {
 	udpRecvErr bool
 	poller     *poll.Poller // busy polling; Mode off when disabled
 	cache      bool         // conns keep their scratch (Options.Cache)
+	dns        *resolver    // Options.DNS behind Resolver (resolve.go)
 
 	mu     sync.Mutex // guards nics and closed
 	nics   []*nic
@@ -81,7 +82,9 @@ func New(opts *Options) (*Stack, error) {
 		s.Destroy()
 		return nil, err
 	}
-	return &Stack{s: s, udpRecvErr: o.UDPRecvErr, poller: p, cache: o.Cache.On()}, nil
+	st := &Stack{s: s, udpRecvErr: o.UDPRecvErr, poller: p, cache: o.Cache.On()}
+	st.dns = newResolver(st, o.DNS)
+	return st, nil
 }
 
 // Caching reports whether buffer caching is on (Options.Cache), for

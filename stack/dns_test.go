@@ -1,0 +1,338 @@
+package stack_test
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/ustack-dev/ustack/stack"
+	"github.com/ustack-dev/ustack/stack/stacktest"
+)
+
+// The names testDNS knows. Every other name does not exist (NXDOMAIN).
+const (
+	webName   = "web.ustack.test"   // A B4, AAAA B6
+	multiName = "multi.ustack.test" // A 198.18.0.2 then 198.18.0.3
+	bigName   = "big.ustack.test"   // 40 A records: too many for UDP
+)
+
+// bigAddrs is what bigName resolves to: more than fits the 512 bytes a
+// plain DNS datagram may carry, so the answer must come over TCP.
+var bigAddrs = func() []netip.Addr {
+	var as []netip.Addr
+	for i := range 40 {
+		as = append(as, netip.AddrFrom4([4]byte{198, 18, 1, byte(i + 1)}))
+	}
+	return as
+}()
+
+// testDNS is an authoritative DNS server for *.ustack.test running on a
+// ustack host, over its ListenPacket and Listen, port 53 of each address
+// given.
+type testDNS struct {
+	udpQueries, tcpQueries atomic.Int64
+	wg                     sync.WaitGroup
+}
+
+// serveDNS starts a testDNS on st at addrs; it stops when the test ends.
+func serveDNS(t *testing.T, st *stack.Stack, addrs ...netip.Addr) *testDNS {
+	t.Helper()
+	d := &testDNS{}
+	var closers []io.Closer
+	t.Cleanup(func() {
+		for _, c := range closers {
+			c.Close()
+		}
+		d.wg.Wait()
+	})
+	for _, a := range addrs {
+		hp := netip.AddrPortFrom(a, stack.DNSPort).String()
+		pc, err := st.ListenPacket("udp", hp)
+		require.NoError(t, err)
+		closers = append(closers, pc)
+		ln, err := st.Listen("tcp", hp)
+		require.NoError(t, err)
+		closers = append(closers, ln)
+		d.wg.Add(2)
+		go d.servePackets(pc)
+		go d.serveStreams(ln)
+	}
+	return d
+}
+
+func (d *testDNS) servePackets(pc net.PacketConn) {
+	defer d.wg.Done()
+	buf := make([]byte, 1500)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		d.udpQueries.Add(1)
+		if reply := answerDNS(buf[:n], true); reply != nil {
+			pc.WriteTo(reply, from)
+		}
+	}
+}
+
+func (d *testDNS) serveStreams(ln net.Listener) {
+	defer d.wg.Done()
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		conns.Add(1)
+		go func() {
+			defer conns.Done()
+			defer c.Close()
+			// DNS over TCP: each message after its length in two bytes.
+			for {
+				var l [2]byte
+				if _, err := io.ReadFull(c, l[:]); err != nil {
+					return
+				}
+				q := make([]byte, binary.BigEndian.Uint16(l[:]))
+				if _, err := io.ReadFull(c, q); err != nil {
+					return
+				}
+				d.tcpQueries.Add(1)
+				reply := answerDNS(q, false)
+				if reply == nil {
+					return
+				}
+				if _, err := c.Write(binary.BigEndian.AppendUint16(nil, uint16(len(reply)))); err != nil {
+					return
+				}
+				if _, err := c.Write(reply); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// answerDNS answers one query, or returns nil for one it cannot parse.
+// Over UDP the answer for bigName is truncated (TC set, no records), as
+// a server does when the answer does not fit.
+func answerDNS(query []byte, overUDP bool) []byte {
+	var p dnsmessage.Parser
+	h, err := p.Start(query)
+	if err != nil {
+		return nil
+	}
+	q, err := p.Question()
+	if err != nil {
+		return nil
+	}
+	var a4, a6 []netip.Addr
+	rcode := dnsmessage.RCodeSuccess
+	truncated := false
+	switch strings.ToLower(strings.TrimSuffix(q.Name.String(), ".")) {
+	case webName:
+		a4, a6 = []netip.Addr{stacktest.B4}, []netip.Addr{stacktest.B6}
+	case multiName:
+		a4 = []netip.Addr{stacktest.B4, netip.MustParseAddr("198.18.0.3")}
+	case bigName:
+		a4, truncated = bigAddrs, overUDP
+	default:
+		rcode = dnsmessage.RCodeNameError
+	}
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{
+		ID: h.ID, Response: true, Authoritative: true, RCode: rcode,
+		RecursionDesired: h.RecursionDesired, Truncated: truncated,
+	})
+	b.EnableCompression()
+	must := func(err error) {
+		if err != nil {
+			panic(err) // the builder only fails on misuse, a bug in this test
+		}
+	}
+	must(b.StartQuestions())
+	must(b.Question(q))
+	must(b.StartAnswers())
+	rh := dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 60}
+	if !truncated {
+		switch q.Type {
+		case dnsmessage.TypeA:
+			for _, a := range a4 {
+				must(b.AResource(rh, dnsmessage.AResource{A: a.As4()}))
+			}
+		case dnsmessage.TypeAAAA:
+			for _, a := range a6 {
+				must(b.AAAAResource(rh, dnsmessage.AAAAResource{AAAA: a.As16()}))
+			}
+		}
+	}
+	msg, err := b.Finish()
+	must(err)
+	return msg
+}
+
+// dnsPair is a stacktest pair whose host A asks testDNS on host B.
+func dnsPair(t *testing.T, servers ...netip.Addr) (*stacktest.Pair, *testDNS) {
+	t.Helper()
+	if len(servers) == 0 {
+		servers = []netip.Addr{stacktest.B4}
+	}
+	p := stacktest.New(t, &stacktest.Options{Stack: &stack.Options{DNS: servers}})
+	return p, serveDNS(t, p.B, stacktest.B4, stacktest.B6)
+}
+
+func TestResolver(t *testing.T) {
+	p, d := dnsPair(t)
+	r := p.A.Resolver()
+	ctx := t.Context()
+
+	v4, err := r.LookupNetIP(ctx, "ip4", webName)
+	require.NoError(t, err)
+	require.Equal(t, []netip.Addr{stacktest.B4}, v4)
+	v6, err := r.LookupNetIP(ctx, "ip6", webName)
+	require.NoError(t, err)
+	require.Equal(t, []netip.Addr{stacktest.B6}, v6)
+	both, err := r.LookupHost(ctx, webName)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{stacktest.B4.String(), stacktest.B6.String()}, both)
+
+	_, err = r.LookupHost(ctx, "nope.ustack.test")
+	var dnsErr *net.DNSError
+	require.ErrorAs(t, err, &dnsErr)
+	require.True(t, dnsErr.IsNotFound, "NXDOMAIN is not found: %v", err)
+
+	require.Zero(t, d.tcpQueries.Load(), "answers that fit come over UDP")
+	big, err := r.LookupNetIP(ctx, "ip4", bigName)
+	require.NoError(t, err)
+	require.ElementsMatch(t, bigAddrs, big)
+	require.NotZero(t, d.tcpQueries.Load(), "a truncated answer is asked again over TCP")
+	require.NotZero(t, d.udpQueries.Load())
+}
+
+// TestResolverNextServer gives A an unreachable first server: the lookup
+// is answered by the second.
+func TestResolverNextServer(t *testing.T) {
+	unreachable := netip.MustParseAddr("203.0.113.53") // no route on A
+	p, _ := dnsPair(t, unreachable, stacktest.B6)
+	addrs, err := p.A.Resolver().LookupNetIP(t.Context(), "ip4", webName)
+	require.NoError(t, err)
+	require.Equal(t, []netip.Addr{stacktest.B4}, addrs)
+
+	alone, _ := dnsPair(t, unreachable)
+	_, err = alone.A.Resolver().LookupNetIP(t.Context(), "ip4", webName)
+	require.Error(t, err, "the first server alone cannot answer")
+}
+
+func TestResolverWithoutServers(t *testing.T) {
+	p := stacktest.New(t, nil)
+	_, err := p.A.Resolver().LookupHost(t.Context(), webName)
+	require.ErrorContains(t, err, "Options.DNS")
+	_, err = p.A.DialContext(t.Context(), "tcp", webName+":80")
+	var op *net.OpError
+	require.ErrorAs(t, err, &op)
+	require.Equal(t, "dial", op.Op)
+	require.ErrorContains(t, err, "Options.DNS")
+}
+
+func TestDialName(t *testing.T) {
+	p, _ := dnsPair(t)
+	for _, network := range []string{"tcp", "tcp4", "tcp6"} {
+		t.Run(network, func(t *testing.T) {
+			ln, err := p.B.Listen(network, ":0")
+			require.NoError(t, err)
+			defer ln.Close()
+			port := ln.Addr().(*net.TCPAddr).Port
+			accepted := acceptOne(ln)
+			c, err := p.A.DialContext(t.Context(), network, net.JoinHostPort(webName, strconv.Itoa(port)))
+			require.NoError(t, err)
+			defer c.Close()
+			sc := <-accepted
+			require.NotNil(t, sc)
+			defer sc.Close()
+			got := netip.MustParseAddrPort(c.RemoteAddr().String()).Addr().Unmap()
+			switch network {
+			case "tcp4":
+				require.Equal(t, stacktest.B4, got)
+			case "tcp6":
+				require.Equal(t, stacktest.B6, got)
+			}
+			echoOnce(t, c, sc)
+		})
+	}
+}
+
+// TestDialNameTriesEachAddress resolves a name to two addresses of which
+// only the second listens: the dial falls through to it. When neither
+// listens, the error names the first that failed.
+func TestDialNameTriesEachAddress(t *testing.T) {
+	p, _ := dnsPair(t)
+	second := netip.MustParseAddr("198.18.0.3")
+	require.NoError(t, p.B.AddAddress(p.B.Stats().NICs[0].ID, netip.PrefixFrom(second, 24)))
+
+	_, err := p.A.DialContext(t.Context(), "tcp4", multiName+":81")
+	var op *net.OpError
+	require.ErrorAs(t, err, &op)
+	require.Equal(t, "tcp4", op.Net)
+	require.Equal(t, netip.AddrPortFrom(stacktest.B4, 81).String(), op.Addr.String())
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
+
+	ln, err := p.B.Listen("tcp4", netip.AddrPortFrom(second, 81).String())
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := acceptOne(ln)
+	c, err := p.A.DialContext(t.Context(), "tcp4", multiName+":81")
+	require.NoError(t, err)
+	defer c.Close()
+	sc := <-accepted
+	require.NotNil(t, sc)
+	defer sc.Close()
+	require.Equal(t, netip.AddrPortFrom(second, 81).String(), c.RemoteAddr().String())
+}
+
+func TestDialUDPName(t *testing.T) {
+	p, _ := dnsPair(t)
+	srv, err := p.B.ListenPacket("udp", ":7")
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		echoPackets(srv)
+	}()
+	defer func() { srv.Close(); <-done }()
+	c, err := p.A.Dial("udp4", webName+":7")
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err = c.Write([]byte("over udp by name"))
+	require.NoError(t, err)
+	buf := make([]byte, 64)
+	n, err := c.Read(buf)
+	require.NoError(t, err)
+	require.Equal(t, "over udp by name", string(buf[:n]))
+}
+
+// TestResolverNextServerAfterTimeout gives A a first server that never
+// answers: the lookup that times out on it makes the second current.
+func TestResolverNextServerAfterTimeout(t *testing.T) {
+	silent := netip.MustParseAddr("198.18.0.99") // on-link, nobody there
+	p, _ := dnsPair(t, silent, stacktest.B4)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	_, err := p.A.Resolver().LookupNetIP(ctx, "ip4", webName)
+	require.Error(t, err, "the silent server lets the lookup time out")
+	addrs, err := p.A.Resolver().LookupNetIP(t.Context(), "ip4", webName)
+	require.NoError(t, err)
+	require.Equal(t, []netip.Addr{stacktest.B4}, addrs)
+}

@@ -1,0 +1,357 @@
+package stack
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
+	"gvisor.dev/gvisor/pkg/waiter"
+)
+
+// parseICMPNetwork recognises "ip4:..." and "ip6:..." networks. ok says
+// the network is one of those; err, that its protocol is not ICMP echo.
+func parseICMPNetwork(network string) (v6, ok bool, err error) {
+	ipv, proto, found := strings.Cut(network, ":")
+	if !found || (ipv != "ip" && ipv != "ip4" && ipv != "ip6") {
+		return false, false, nil
+	}
+	switch {
+	case ipv == "ip4" && (proto == "icmp" || proto == "1"):
+		return false, true, nil
+	case ipv == "ip6" && (proto == "ipv6-icmp" || proto == "58"):
+		return true, true, nil
+	}
+	return false, true, fmt.Errorf("IP network %q: the stack offers ICMP echo only, as ip4:icmp or ip6:ipv6-icmp", network)
+}
+
+func icmpFamily(v6 bool) family {
+	if v6 {
+		return v6Only
+	}
+	return v4Only
+}
+
+// listenPing opens an ICMP echo socket bound to host (no port; "" for
+// any address).
+func (s *Stack) listenPing(network, host string, v6 bool) (*pingConn, error) {
+	a, err := s.localAddr(context.Background(), icmpFamily(v6), host)
+	if err != nil {
+		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
+	}
+	c, err := s.newPing(network, v6)
+	if err != nil {
+		return nil, &net.OpError{Op: "listen", Net: network, Addr: &net.IPAddr{IP: a.AsSlice()}, Err: err}
+	}
+	if terr := c.ep.Bind(fullAddress(netip.AddrPortFrom(a, 0))); terr != nil {
+		c.Close()
+		return nil, &net.OpError{Op: "listen", Net: network, Addr: &net.IPAddr{IP: a.AsSlice()}, Err: netError(terr)}
+	}
+	return c, nil
+}
+
+// dialPing opens an ICMP echo socket connected to host (no port): it
+// sends to and reads replies from host only.
+func (s *Stack) dialPing(ctx context.Context, network, host string, v6 bool) (*pingConn, error) {
+	if host == "" {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: errMissingAddress}
+	}
+	addrs, err := s.lookup(ctx, icmpFamily(v6), host)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+	}
+	dst := &net.IPAddr{IP: addrs[0].AsSlice()}
+	c, err := s.newPing(network, v6)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: dst, Err: err}
+	}
+	if terr := c.ep.Connect(tcpip.FullAddress{Addr: toTCPIP(addrs[0])}); terr != nil {
+		c.Close()
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: dst, Err: netError(terr)}
+	}
+	c.raddr = dst
+	return c, nil
+}
+
+func (s *Stack) newPing(network string, v6 bool) (*pingConn, error) {
+	if err := s.live(); err != nil {
+		return nil, err
+	}
+	proto, netProto := icmp.ProtocolNumber4, protocolOf(netip.IPv4Unspecified())
+	if v6 {
+		proto, netProto = icmp.ProtocolNumber6, protocolOf(netip.IPv6Unspecified())
+	}
+	c := &pingConn{network: network, v6: v6, wq: new(waiter.Queue), done: make(chan struct{})}
+	ep, terr := s.s.NewEndpoint(proto, netProto, c.wq)
+	if terr != nil {
+		return nil, netError(terr)
+	}
+	c.ep = ep
+	return c, nil
+}
+
+// pingConn is an ICMP echo socket: gVisor's ping endpoint (Linux's
+// SOCK_DGRAM IPPROTO_ICMP) as a net.PacketConn, and as a net.Conn when
+// dialed. It is safe for concurrent use.
+type pingConn struct {
+	ep      tcpip.Endpoint
+	wq      *waiter.Queue
+	network string
+	v6      bool
+	raddr   *net.IPAddr // the peer of a dialed conn; nil if listening
+
+	rd, wd    deadline
+	done      chan struct{} // closed by Close
+	closeOnce sync.Once
+}
+
+var (
+	_ net.PacketConn = (*pingConn)(nil)
+	_ net.Conn       = (*pingConn)(nil)
+)
+
+func (c *pingConn) opError(op string, addr net.Addr, err error) error {
+	return &net.OpError{Op: op, Net: c.network, Source: c.LocalAddr(), Addr: addr, Err: err}
+}
+
+// wait blocks until the endpoint signals one of mask, the deadline d
+// passes or the conn closes, registering on the first call (entry nil):
+// the caller retries its operation after the first call without
+// waiting, so an event between its try and the registration is not
+// missed.
+func (c *pingConn) wait(entry *waiter.Entry, ready *chan struct{}, mask waiter.EventMask, d *deadline) error {
+	if *ready == nil {
+		*entry, *ready = waiter.NewChannelEntry(mask)
+		c.wq.EventRegister(entry)
+		return nil
+	}
+	select {
+	case <-*ready:
+		return nil
+	case <-d.passed():
+		return os.ErrDeadlineExceeded
+	case <-c.done:
+		return net.ErrClosed
+	}
+}
+
+// check fails an operation before it starts on a closed conn or a passed
+// deadline, as Go's sockets do even when data is waiting.
+func (c *pingConn) check(d *deadline) error {
+	select {
+	case <-c.done:
+		return net.ErrClosed
+	case <-d.passed():
+		return os.ErrDeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// ReadFrom implements net.PacketConn: it reads one ICMP message (header
+// first) into b, truncated to len(b), and returns its source.
+func (c *pingConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	if err := c.check(&c.rd); err != nil {
+		return 0, nil, c.opError("read", nil, err)
+	}
+	var entry waiter.Entry
+	var ready chan struct{}
+	defer func() {
+		if ready != nil {
+			c.wq.EventUnregister(&entry)
+		}
+	}()
+	for {
+		w := tcpip.SliceWriter(b)
+		res, terr := c.ep.Read(&w, tcpip.ReadOptions{NeedRemoteAddr: true})
+		if _, block := terr.(*tcpip.ErrWouldBlock); !block {
+			if terr != nil {
+				if c.check(&c.rd) == net.ErrClosed {
+					return 0, nil, c.opError("read", nil, net.ErrClosed)
+				}
+				return 0, nil, c.opError("read", nil, netError(terr))
+			}
+			return res.Count, &net.IPAddr{IP: res.RemoteAddr.Addr.AsSlice()}, nil
+		}
+		if err := c.wait(&entry, &ready, waiter.ReadableEvents, &c.rd); err != nil {
+			return 0, nil, c.opError("read", nil, err)
+		}
+	}
+}
+
+// Read implements net.Conn.
+func (c *pingConn) Read(b []byte) (int, error) {
+	n, _, err := c.ReadFrom(b)
+	return n, err
+}
+
+// WriteTo implements net.PacketConn: b is an echo request, header
+// first, and addr a *net.IPAddr of the socket's IP version.
+func (c *pingConn) WriteTo(b []byte, addr net.Addr) (int, error) {
+	ia, ok := addr.(*net.IPAddr)
+	if !ok {
+		return 0, c.opError("write", addr, fmt.Errorf("destination %v is a %T: want a *net.IPAddr", addr, addr))
+	}
+	a, ok := netip.AddrFromSlice(ia.IP)
+	if a = a.Unmap(); !ok || a.Is6() != c.v6 {
+		return 0, c.opError("write", addr, fmt.Errorf("destination %v is not an IPv%s address", addr, icmpFamily(c.v6).version()))
+	}
+	to := tcpip.FullAddress{Addr: toTCPIP(a)}
+	return c.write(b, &to, addr)
+}
+
+// Write implements net.Conn, for a dialed conn.
+func (c *pingConn) Write(b []byte) (int, error) {
+	if c.raddr == nil {
+		return 0, c.opError("write", nil, fmt.Errorf("not connected: use WriteTo, or dial the %s destination", c.network))
+	}
+	return c.write(b, nil, c.raddr)
+}
+
+func (c *pingConn) write(b []byte, to *tcpip.FullAddress, addr net.Addr) (int, error) {
+	if err := c.check(&c.wd); err != nil {
+		return 0, c.opError("write", addr, err)
+	}
+	var entry waiter.Entry
+	var ready chan struct{}
+	defer func() {
+		if ready != nil {
+			c.wq.EventUnregister(&entry)
+		}
+	}()
+	for {
+		n, terr := c.ep.Write(bytes.NewReader(b), tcpip.WriteOptions{To: to})
+		if _, block := terr.(*tcpip.ErrWouldBlock); !block {
+			if terr != nil {
+				return int(n), c.opError("write", addr, netError(terr))
+			}
+			return int(n), nil
+		}
+		if err := c.wait(&entry, &ready, waiter.WritableEvents, &c.wd); err != nil {
+			return 0, c.opError("write", addr, err)
+		}
+	}
+}
+
+// Close implements net.Conn; it wakes reads and writes in progress.
+func (c *pingConn) Close() error {
+	c.closeOnce.Do(func() {
+		close(c.done)
+		c.rd.stop()
+		c.wd.stop()
+		c.ep.Close()
+	})
+	return nil
+}
+
+// LocalAddr implements net.Conn: the bound address (the identifier the
+// stack chose is not part of it).
+func (c *pingConn) LocalAddr() net.Addr {
+	if a, err := c.ep.GetLocalAddress(); err == nil && a.Addr.Len() > 0 {
+		return &net.IPAddr{IP: a.Addr.AsSlice()}
+	}
+	if c.v6 {
+		return &net.IPAddr{IP: net.IPv6unspecified}
+	}
+	return &net.IPAddr{IP: net.IPv4zero}
+}
+
+// RemoteAddr implements net.Conn: the peer of a dialed conn, else nil.
+func (c *pingConn) RemoteAddr() net.Addr {
+	if c.raddr == nil {
+		return nil
+	}
+	return c.raddr
+}
+
+// SetDeadline implements net.Conn.
+func (c *pingConn) SetDeadline(t time.Time) error {
+	c.rd.set(t)
+	c.wd.set(t)
+	return nil
+}
+
+// SetReadDeadline implements net.Conn.
+func (c *pingConn) SetReadDeadline(t time.Time) error {
+	c.rd.set(t)
+	return nil
+}
+
+// SetWriteDeadline implements net.Conn.
+func (c *pingConn) SetWriteDeadline(t time.Time) error {
+	c.wd.set(t)
+	return nil
+}
+
+// deadline is one direction's deadline as a channel that is closed when
+// it passes, so a waiting call selects on it. Setting a new deadline
+// replaces a passed one's channel; the zero value has none.
+type deadline struct {
+	mu     sync.Mutex // guards the fields below
+	c      chan struct{}
+	closed bool // c is closed
+	timer  *time.Timer
+	gen    uint64 // which set the timer belongs to
+}
+
+// passed returns the channel that is closed when the deadline passes.
+func (d *deadline) passed() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.c == nil {
+		d.c = make(chan struct{})
+	}
+	return d.c
+}
+
+// set moves the deadline to t; a zero t means none.
+func (d *deadline) set(t time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stopLocked()
+	if d.c == nil || d.closed {
+		d.c, d.closed = make(chan struct{}), false
+	}
+	if t.IsZero() {
+		return
+	}
+	until := time.Until(t)
+	if until <= 0 {
+		close(d.c)
+		d.closed = true
+		return
+	}
+	gen := d.gen
+	d.timer = time.AfterFunc(until, func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		// A set after this timer fired, before it took the lock, owns
+		// the channel now.
+		if d.gen == gen && !d.closed {
+			close(d.c)
+			d.closed = true
+		}
+	})
+}
+
+// stop cancels the timer, at Close.
+func (d *deadline) stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stopLocked()
+}
+
+func (d *deadline) stopLocked() {
+	d.gen++
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+}
