@@ -65,8 +65,8 @@ func skip(tb testing.TB, format string, args ...any) {
 }
 
 // needPrivilege ends the test when a probe for what the test needs
-// failed: it skips when the probe failed for lack of a privilege (which
-// the message names: what), and fails on any other error, which means the
+// failed: it skips when the probe failed for lack of a privilege, naming
+// it (what says what the test needs), and fails on any other error, which means the
 // environment is broken rather than unprivileged.
 func needPrivilege(tb testing.TB, what string, err error) {
 	tb.Helper()
@@ -76,7 +76,7 @@ func needPrivilege(tb testing.TB, what string, err error) {
 	if netns.NoPrivilege(err) {
 		skip(tb, "%s: %v", what, err)
 	}
-	tb.Fatalf("%s: %v (not a missing privilege, so not a skip: fix the environment)", what, err)
+	tb.Fatalf("%s: %v: this is a broken environment, not a missing privilege, so the test fails instead of skipping", what, err)
 }
 
 // needTool skips the test when the program it runs is not installed.
