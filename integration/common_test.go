@@ -45,13 +45,14 @@ func sized(full int64) int64 {
 }
 
 // requireEnv names the environment variable that makes this suite
-// mandatory: set to 1 (CI sets it), every skip in this package fails the
-// test instead, so that a run that could not test something cannot pass
-// as if it had.
+// mandatory: set (CI sets it to 1; any value but empty and 0 counts, so
+// that a typo never turns the requirement off), every skip in this
+// package fails the test instead, so that a run that could not test
+// something cannot pass as if it had.
 const requireEnv = "USTACK_REQUIRE_INTEGRATION"
 
-// required reports whether requireEnv is set to 1.
-func required() bool { return os.Getenv(requireEnv) == "1" }
+// required reports whether requireEnv is set.
+func required() bool { v := os.Getenv(requireEnv); return v != "" && v != "0" }
 
 // skip skips the test with the reason given, or fails it when the suite
 // is required (requireEnv). It is the only way tests in this package
@@ -59,15 +60,15 @@ func required() bool { return os.Getenv(requireEnv) == "1" }
 func skip(tb testing.TB, format string, args ...any) {
 	tb.Helper()
 	if required() {
-		tb.Fatalf(format+" (%s=1: a test that cannot run fails)", append(args, requireEnv)...)
+		tb.Fatalf(format+" (%s is set: a test that cannot run fails)", append(args, requireEnv)...)
 	}
 	tb.Skipf(format, args...)
 }
 
 // needPrivilege ends the test when a probe for what the test needs
 // failed: it skips when the probe failed for lack of a privilege, naming
-// it (what says what the test needs), and fails on any other error, which means the
-// environment is broken rather than unprivileged.
+// it (what says what the test needs), and fails on any other error,
+// which means the environment is broken rather than unprivileged.
 func needPrivilege(tb testing.TB, what string, err error) {
 	tb.Helper()
 	if err == nil {
