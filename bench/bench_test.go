@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -51,11 +52,19 @@ func TestEveryTestAccounts(t *testing.T) {
 				}
 				if test == UDPStream {
 					require.LessOrEqual(t, r.RecvPPS, r.SentPPS, "only datagrams sent in the window are counted")
+					require.InDelta(t, 100*(r.SentPPS-r.RecvPPS)/r.SentPPS, r.LossPct, 1e-6, "loss is what was sent and not received")
+					require.InDelta(t, r.RecvPPS*float64(r.Size)*8/1e9, r.Gbps, 1e-9, "the rate is the datagrams received")
 				}
 				require.GreaterOrEqual(t, r.LossPct, 0.0)
 				require.LessOrEqual(t, r.LossPct, 100.0)
 				require.Positive(t, r.CPUNsPerOp)
 				require.GreaterOrEqual(t, r.VCSW+r.IVCSW, 0.0)
+				require.Equal(t, r.AllocsPerOp > 0, r.BytesPerOp > 0, "allocations and their bytes are counted together (%v, %v)", r.AllocsPerOp, r.BytesPerOp)
+				if runtime.GOOS == "linux" {
+					require.Positive(t, r.PeakRSSMiB, "Linux measures each cell's peak RSS")
+				} else {
+					require.Zero(t, r.PeakRSSMiB, "only Linux can reset the peak per cell")
+				}
 				rr := test == TCPRR || test == UDPRR
 				if rr {
 					require.Positive(t, r.TPS)

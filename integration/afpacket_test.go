@@ -53,9 +53,7 @@ var afpTransferSize = sized(256 << 20)
 
 func afpRequirePrivilege(tb testing.TB) {
 	tb.Helper()
-	if err := nsProbe(); err != nil {
-		tb.Skipf("AF_PACKET tests need network namespaces and a veth pair: %v", err)
-	}
+	requireNamespaces(tb)
 }
 
 // afpNet is one test topology: the kernel in K, ustack in U.
@@ -340,9 +338,7 @@ func TestAfpacketFanout(t *testing.T) {
 // resumed our qdisc each time.
 func TestAfpacketBackpressure(t *testing.T) {
 	afpRequirePrivilege(t)
-	if _, err := exec.LookPath("tc"); err != nil {
-		t.Skipf("needs tc (iproute2) to slow the veth down: %v", err)
-	}
+	needTool(t, "tc", "iproute2")
 	n := newAfpNet(t, &afpacket.Options{SndBuf: 4096}, sched.LList)
 	out, err := exec.Command("tc", "-n", n.u.Name, "qdisc", "replace", "dev", afpUstackIf, "root",
 		"tbf", "rate", "50mbit", "burst", "32kb", "limit", "4mb").CombinedOutput()

@@ -24,9 +24,7 @@ import (
 // a namespace of its own, fetches from it with the kernel's TCP, and stops
 // it with SIGTERM: it must shut down cleanly and exit 0.
 func TestServeCommand(t *testing.T) {
-	if err := nsProbe(); err != nil {
-		t.Skipf("needs network namespaces: %v", err)
-	}
+	requireNamespaces(t)
 	bin := buildUstack(t)
 
 	k, err := netns.New("cmdk")

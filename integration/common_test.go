@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
 	"runtime/debug"
 	"sync"
 	"testing"
@@ -42,8 +44,62 @@ func sized(full int64) int64 {
 	return full
 }
 
+// requireEnv names the environment variable that makes this suite
+// mandatory: set (CI sets it to 1; any value but empty and 0 counts, so
+// that a typo never turns the requirement off), every skip in this
+// package fails the test instead, so that a run that could not test
+// something cannot pass as if it had.
+const requireEnv = "USTACK_REQUIRE_INTEGRATION"
+
+// required reports whether requireEnv is set.
+func required() bool { v := os.Getenv(requireEnv); return v != "" && v != "0" }
+
+// skip skips the test with the reason given, or fails it when the suite
+// is required (requireEnv). It is the only way tests in this package
+// skip.
+func skip(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	if required() {
+		tb.Fatalf(format+" (%s is set: a test that cannot run fails)", append(args, requireEnv)...)
+	}
+	tb.Skipf(format, args...)
+}
+
+// needPrivilege ends the test when a probe for what the test needs
+// failed: it skips when the probe failed for lack of a privilege, naming
+// it (what says what the test needs), and fails on any other error,
+// which means the environment is broken rather than unprivileged.
+func needPrivilege(tb testing.TB, what string, err error) {
+	tb.Helper()
+	if err == nil {
+		return
+	}
+	if netns.NoPrivilege(err) {
+		skip(tb, "%s: %v", what, err)
+	}
+	tb.Fatalf("%s: %v: this is a broken environment, not a missing privilege, so the test fails instead of skipping", what, err)
+}
+
+// needTool skips the test when the program it runs is not installed.
+func needTool(tb testing.TB, name, pkg string) {
+	tb.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		skip(tb, "%s is not installed (apt-get install %s)", name, pkg)
+	}
+}
+
 // nsProbe checks once whether this process may build namespaces.
 var nsProbe = sync.OnceValue(netns.Probe)
+
+// nsPrivilege names what nsProbe needs, for needPrivilege.
+const nsPrivilege = "needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to build network namespaces and veth pairs"
+
+// requireNamespaces skips the test unless this process may build
+// namespaces (see needPrivilege).
+func requireNamespaces(tb testing.TB) {
+	tb.Helper()
+	needPrivilege(tb, nsPrivilege, nsProbe())
+}
 
 // udpEchoFromUstack runs a UDP echo server in the kernel's namespace k on
 // kaddr and has the ustack host s exchange datagrams of several sizes with

@@ -28,9 +28,7 @@ import (
 // ustack waits with zero-window probes instead of giving up, and after
 // SIGCONT the download completes, every byte as served.
 func TestServePeerPaused(t *testing.T) {
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("curl is not installed (apt-get install curl)")
-	}
+	needTool(t, "curl", "curl")
 	for _, kind := range []string{"veth", "tun"} {
 		t.Run(kind, func(t *testing.T) {
 			n := newSrvNet(t, kind, sched.EnqLock, link.Impairments{}, nil)

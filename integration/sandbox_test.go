@@ -379,9 +379,7 @@ func openFDs(tb testing.TB) int {
 // TestSandbox runs programs in a sandbox served by package sandbox (what
 // `ustack tun` runs) and checks each of the sandbox's services.
 func TestSandbox(t *testing.T) {
-	if err := nsProbe(); err != nil {
-		t.Skipf("sandbox tests need network namespaces and TUN: %v", err)
-	}
+	needPrivilege(t, "sandbox tests need network namespaces and TUN", nsProbe())
 	fds, goroutines := openFDs(t), goleak.IgnoreCurrent()
 	hs := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
 	sb, err := sandbox.New(sandbox.Config{
@@ -491,7 +489,7 @@ func TestSandbox(t *testing.T) {
 	t.Run("ipv6-to-host-loopback", func(t *testing.T) {
 		ln, err := net.Listen("tcp", "[::1]:0")
 		if err != nil {
-			t.Skip("no IPv6 loopback on this host")
+			skip(t, "no IPv6 loopback on this host")
 		}
 		defer ln.Close()
 		go func() {
@@ -516,9 +514,7 @@ func TestSandbox(t *testing.T) {
 // AllowHostLoopback, a denied prefix, a destination outside the allowed
 // ones; and that an allowed destination other than the gateway is relayed.
 func TestSandboxPolicy(t *testing.T) {
-	if err := nsProbe(); err != nil {
-		t.Skipf("sandbox tests need network namespaces and TUN: %v", err)
-	}
+	needPrivilege(t, "sandbox tests need network namespaces and TUN", nsProbe())
 	// A host address in the benchmarking range on the host's loopback:
 	// the sandbox reaches it as an ordinary destination.
 	lo, err := netlink.LinkByName("lo")
@@ -557,7 +553,7 @@ func TestSandboxPolicy(t *testing.T) {
 	}
 	t.Run("ping", func(t *testing.T) {
 		if _, err := exec.LookPath("ping"); err != nil {
-			t.Skip("ping is not installed (apt-get install iputils-ping)")
+			skip(t, "ping is not installed (apt-get install iputils-ping)")
 		}
 		st, err := ping(t, sandbox.Config{}, extra.Addr().String())
 		require.NoError(t, err, "ping %v through the relay", extra.Addr())
@@ -592,9 +588,7 @@ func TestSandboxPolicy(t *testing.T) {
 // TestTunCommand runs the real `ustack tun` binary: CMD's exit status is
 // its own, and the host's loopback is reachable with -allow-host-loopback.
 func TestTunCommand(t *testing.T) {
-	if err := nsProbe(); err != nil {
-		t.Skipf("sandbox tests need network namespaces and TUN: %v", err)
-	}
+	needPrivilege(t, "sandbox tests need network namespaces and TUN", nsProbe())
 	bin := buildUstack(t)
 	hs := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
 
@@ -664,9 +658,7 @@ func floodChild(gw netip.Addr, udpPort, synPort uint16, n int) (string, error) {
 // downloads: the download finishes intact, a new connection works, the
 // limits hold and every refusal is counted.
 func TestSandboxFlood(t *testing.T) {
-	if err := nsProbe(); err != nil {
-		t.Skipf("sandbox tests need network namespaces and TUN: %v", err)
-	}
+	needPrivilege(t, "sandbox tests need network namespaces and TUN", nsProbe())
 	hs := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
 	// A listener that never accepts, with the smallest backlog: once that
 	// is full the host's kernel ignores further SYNs, so connects to it
@@ -736,9 +728,7 @@ func TestSandboxFlood(t *testing.T) {
 // -netns), as slirp4netns does: a client in it reaches the host through the
 // gateway, and Close leaves the namespace as it found it, device removed.
 func TestSandboxAttach(t *testing.T) {
-	if err := nsProbe(); err != nil {
-		t.Skipf("sandbox tests need network namespaces and TUN: %v", err)
-	}
+	needPrivilege(t, "sandbox tests need network namespaces and TUN", nsProbe())
 	hs := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
 	ns, err := netns.New("sbattach")
 	require.NoError(t, err)

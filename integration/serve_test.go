@@ -50,9 +50,7 @@ type srvNet struct {
 // "tun") with the qdisc given, its endpoint wrapped with im if active.
 func newSrvNet(tb testing.TB, kind, qdisc string, im link.Impairments, st *stack.Options) *srvNet {
 	tb.Helper()
-	if err := nsProbe(); err != nil {
-		tb.Skipf("serve tests need network namespaces: %v", err)
-	}
+	requireNamespaces(tb)
 	k, err := netns.New("srvk")
 	require.NoError(tb, err)
 	tb.Cleanup(func() { k.Close() })
@@ -163,14 +161,13 @@ func TestServeKernelClients(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			n := newSrvNet(t, kind, sched.BusyLock, link.Impairments{}, nil)
 			// The kernel's own ping, to both of ustack's addresses.
-			if _, err := exec.LookPath("ping"); err != nil {
-				t.Log("ping is not installed (apt-get install iputils-ping): skipping the ping check")
-			} else {
+			t.Run("ping", func(t *testing.T) {
+				needTool(t, "ping", "iputils-ping")
 				for _, a := range []netip.Addr{srvUstack4.Addr(), srvUstack6.Addr()} {
 					out, err := n.run("ping", "-c", "3", "-i", "0.2", "-W", "2", a.String())
 					require.NoError(t, err, "ping %v: %s", a, out)
 				}
-			}
+			})
 			n.fetch(t, srvUstack4.Addr(), sized(64<<20))
 			n.fetch(t, srvUstack6.Addr(), sized(16<<20))
 
@@ -243,9 +240,7 @@ func TestServeThousandConnections(t *testing.T) {
 // loses, reorders and duplicates on its side: transfers still arrive
 // intact.
 func TestServeIntactThroughLoss(t *testing.T) {
-	if _, err := exec.LookPath("iptables"); err != nil {
-		t.Skip("iptables is not installed (apt-get install iptables)")
-	}
+	needTool(t, "iptables", "iptables")
 	fast := stack.DefaultTCPOptions()
 	fast.MinRTO = 20 * time.Millisecond
 	for _, kind := range []string{"veth", "tun"} {

@@ -43,8 +43,13 @@ var (
 	tunUstack6 = netip.MustParsePrefix("fd00:20::2/64")
 )
 
+// tunPrivilege names what tunProbe needs, for needPrivilege.
+const tunPrivilege = "needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to build network namespaces and open /dev/net/tun in them"
+
 // tunProbe checks once, by doing it, whether this process may build a
-// namespace and create a TUN device in it.
+// namespace and create a TUN device in it. Like netns.Probe, its error
+// tells a missing privilege (netns.NoPrivilege) from a missing or broken
+// /dev/net/tun, which is no reason to skip.
 var tunProbe = sync.OnceValue(func() error {
 	if err := nsProbe(); err != nil {
 		return err
@@ -66,9 +71,7 @@ var tunProbe = sync.OnceValue(func() error {
 
 func tunRequirePrivilege(tb testing.TB) {
 	tb.Helper()
-	if err := tunProbe(); err != nil {
-		tb.Skipf("TUN tests need network namespaces and /dev/net/tun: %v", err)
-	}
+	needPrivilege(tb, tunPrivilege, tunProbe())
 }
 
 // tunNet is one test topology: the kernel in K, ustack on K's TUN device.
@@ -284,7 +287,7 @@ func TestTunUSO(t *testing.T) {
 				serr = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_SEGMENT, seg)
 			}))
 			if serr != nil {
-				t.Skipf("UDP_SEGMENT: %v", serr)
+				skip(t, "the kernel refuses UDP_SEGMENT (Linux 4.18+) on the sending socket: %v", serr)
 			}
 			msg := make([]byte, seg*count-seg/2) // the last datagram is half size
 			for i := range msg {
@@ -540,9 +543,7 @@ func TestTunOpenErrors(t *testing.T) {
 // tunBenchNet builds a topology for a benchmark, skipping without privilege.
 func tunBenchNet(b *testing.B, opts *tun.Options) *tunNet {
 	b.Helper()
-	if err := tunProbe(); err != nil {
-		b.Skipf("TUN benchmarks need network namespaces and /dev/net/tun: %v", err)
-	}
+	needPrivilege(b, tunPrivilege, tunProbe())
 	return newTunNet(b, opts, sched.LList)
 }
 

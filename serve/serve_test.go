@@ -172,17 +172,32 @@ func TestBadConfig(t *testing.T) {
 	require.ErrorContains(t, err, "valid names")
 }
 
+// TestRunStopsOnCancel: a running host (it has logged what it serves)
+// shuts down cleanly when its context ends, and says so.
 func TestRunStopsOnCancel(t *testing.T) {
 	a, b, err := mem.Pair(nil)
 	require.NoError(t, err)
 	defer a.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	var log strings.Builder
+	defer cancel()
+	done := make(chan error, 1)
+	// Run's log goes through a pipe: each line arrives once Run has
+	// written it, so the test cancels exactly when the host serves.
+	pr, pw := io.Pipe()
 	go func() {
-		done <- serve.Run(ctx, serve.Config{Endpoint: b, Addrs: []netip.Prefix{netip.MustParsePrefix("198.18.4.2/24")}, Ports: serve.Ports{Echo: 7}}, &log)
+		err := serve.Run(ctx, serve.Config{Endpoint: b, Addrs: []netip.Prefix{netip.MustParsePrefix("198.18.4.2/24")}, Ports: serve.Ports{Echo: 7}}, pw)
+		pw.Close()
+		done <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	log := bufio.NewScanner(pr)
+	if !log.Scan() {
+		t.Fatalf("Run ended before it logged what it serves: %v", <-done)
+	}
+	require.True(t, strings.HasPrefix(log.Text(), "ustack serve: [198.18.4.2/24]"), log.Text())
+	require.True(t, strings.HasSuffix(log.Text(), ", echo 7"), log.Text())
 	cancel()
+	require.True(t, log.Scan())
+	require.Equal(t, "ustack serve: shutting down", log.Text())
+	require.False(t, log.Scan(), "nothing after the shutdown: %q", log.Text())
 	require.NoError(t, <-done)
 }

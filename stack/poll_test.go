@@ -159,29 +159,32 @@ func TestBusyPollCloseInterrupts(t *testing.T) {
 	defer sc.Close()
 	uc, err := p.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 7003))
 	require.NoError(t, err)
-	// 0: close while the reader surely spins (within its 1 ms budget);
-	// 20 ms: close while it is parked.
-	for _, delay := range []time.Duration{0, 20 * time.Millisecond} {
+	// parked false: close at once, while the reader is likely still in
+	// its 1 ms spin; true: close once its spin has ended and it parked.
+	for _, parked := range []bool{false, true} {
 		for _, c := range []net.Conn{tc, uc.(net.Conn)} {
-			if delay > 0 && c == tc {
+			if parked && c == tc {
 				// Reconnect: tc was closed in the first round.
 				continue
 			}
+			parks := p.A.Stats().BusyPoll.Parks
 			done := make(chan error, 1)
 			go func() {
 				_, err := c.Read(make([]byte, 100))
 				done <- err
 			}()
-			time.Sleep(delay)
+			if parked {
+				waitParked(t, p.A, parks)
+			}
 			require.NoError(t, c.Close())
 			select {
 			case err := <-done:
 				require.Error(t, err)
 			case <-time.After(10 * time.Second):
-				t.Fatalf("Close did not interrupt a Read (%T, after %v)", c, delay)
+				t.Fatalf("Close did not interrupt a Read (%T, parked %v)", c, parked)
 			}
 		}
-		if delay == 0 {
+		if !parked {
 			uc, err = p.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 7003))
 			require.NoError(t, err)
 		}
@@ -189,12 +192,13 @@ func TestBusyPollCloseInterrupts(t *testing.T) {
 	// A parked TCP reader too.
 	tc2, err := p.A.DialTCP(context.Background(), netip.AddrPortFrom(stacktest.B4, 7002))
 	require.NoError(t, err)
+	parks := p.A.Stats().BusyPoll.Parks
 	done := make(chan error, 1)
 	go func() {
 		_, err := tc2.Read(make([]byte, 100))
 		done <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	waitParked(t, p.A, parks)
 	require.NoError(t, tc2.Close())
 	select {
 	case err := <-done:
@@ -205,6 +209,14 @@ func TestBusyPollCloseInterrupts(t *testing.T) {
 	ln.Close()
 	_, err = ln.Accept()
 	require.ErrorIs(t, err, net.ErrClosed)
+}
+
+// waitParked waits until a reader of s has ended a busy-polling wait
+// without data and parked: its poller counts more parks than before.
+func waitParked(t *testing.T, s *stack.Stack, before uint64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return s.Stats().BusyPoll.Parks > before }, 10*time.Second, 100*time.Microsecond,
+		"the reader never parked")
 }
 
 // TestBusyPollAdaptiveIdle: on an idle stack, adaptive stops spinning:

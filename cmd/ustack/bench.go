@@ -46,7 +46,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		count    = fs.Int("count", 0, "runs of each configuration, reported as medians (0: as many as fit in 75s, 1 to 3)")
 		txCost   = fs.String("mem-tx-cost", "0,0", "mem link: busy cost per WritePackets call and per packet, as CALL,PACKET (e.g. 2us,100ns)")
 		impair   = fs.String("impair", "none", "faults on ustack's link, e.g. loss=5%,dup=1%,reorder=1%,corrupt=0.1%,delay=1ms,jitter=100us,seed=1")
-		mtu      = fs.Int("mtu", mem.DefaultMTU, fmt.Sprintf("link MTU (%d to %d)", mem.MinMTU, mem.MaxMTU))
+		mtu      = fs.Int("mtu", mem.DefaultMTU, fmt.Sprintf("link MTU (%d to %d)", tun.MinMTU, tun.MaxMTU))
 		reverse  = fs.Bool("reverse", false, "veth, tun, kveth: the Linux stack is the client (ustack receives the stream, answers requests)")
 		offload  = fs.Bool("offload", true, "veth, tun: virtio-net header offloads (checksum, GSO) between ustack and the kernel")
 		txBatch  = fs.Int("tx-batch", 0, "veth: packets per sendmmsg (1: one syscall per packet; 0: the default batch)")
@@ -119,8 +119,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		}
 		mo := mem.DefaultOptions()
 		mo.MTU, mo.GSO, mo.ChecksumOffload, mo.RingSize, mo.BatchSize = uint32(*mtu), *gso, *csum, *ring, *batch
-		if *mtu < int(mem.MinMTU) || *mtu > mem.MaxMTU {
-			return p, usageError{fmt.Errorf("-mtu %d: must be from %d to %d", *mtu, mem.MinMTU, mem.MaxMTU)}
+		if err := checkMTU(*mtu); err != nil {
+			return p, usageError{err}
 		}
 		if *ring < 1 || *batch < 1 {
 			return p, usageError{fmt.Errorf("-mem-ring %d, -mem-batch %d: must be at least 1", *ring, *batch)}

@@ -2,9 +2,21 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ustack-dev/ustack/bench"
+	"github.com/ustack-dev/ustack/sched"
 )
 
 func TestBenchCache(t *testing.T) {
@@ -24,7 +36,11 @@ func TestBenchCache(t *testing.T) {
 	require.Equal(t, "on", doc.Results[1].Cache)
 	for _, r := range doc.Results {
 		require.Positive(t, r.TPS)
-		require.GreaterOrEqual(t, r.PeakRSSMiB, 0.0)
+		if runtime.GOOS == "linux" {
+			require.Positive(t, r.PeakRSSMiB, "Linux measures each cell's peak RSS")
+		} else {
+			require.Zero(t, r.PeakRSSMiB, "only Linux can reset the peak per cell")
+		}
 	}
 
 	code, out, _ = runCmd("bench", "-test", "tcp_rr", "-qdisc", "none", "-senders", "1", "-cache", "on,off", "-duration", "20ms", "-count", "1")
@@ -36,5 +52,79 @@ func TestBenchCache(t *testing.T) {
 		code, _, errs = runCmd("bench", "-cache", bad)
 		require.Equal(t, 2, code, bad)
 		require.Contains(t, errs, "-cache", bad)
+	}
+}
+
+// bareBench runs the quick start's bare `ustack bench` once per test
+// binary, with the measured window cut to the minimum and one run per
+// cell: its rows and header are the bare run's, only its numbers are not.
+var bareBench = sync.OnceValues(func() (string, error) {
+	code, out, errs := runCmd("bench", "-duration", "10ms", "-count", "1")
+	if code != 0 {
+		return "", fmt.Errorf("ustack bench exited %d: %s", code, errs)
+	}
+	return out, nil
+})
+
+// TestBareBenchRows: the quick start prints a header and exactly one row
+// per test (udp_stream, tcp_rr), sender count (1, 64) and registered
+// qdisc, as the README says.
+func TestBareBenchRows(t *testing.T) {
+	out, err := bareBench()
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	require.NotEmpty(t, lines)
+	var want, got []string
+	for _, test := range []string{bench.UDPStream, bench.TCPRR} {
+		for _, senders := range []string{"1", "64"} {
+			for _, q := range sched.Names() {
+				want = append(want, strings.Join([]string{test, "mem", q, senders}, " "))
+			}
+		}
+	}
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		require.GreaterOrEqual(t, len(f), 4, "row %q", l)
+		got = append(got, strings.Join(f[:4], " "))
+	}
+	require.ElementsMatch(t, want, got, "one row per test, sender count and registered qdisc (%d)", len(sched.Names()))
+}
+
+// tableHeadPrefix starts every bench table header in the docs: a line
+// whose fields begin so is a copy of what `ustack bench` prints.
+var tableHeadPrefix = []string{"test", "link", "qdisc", "senders"}
+
+// TestDocsTableHeaders: every bench table header in README.md and
+// docs/results.md (a line whose fields start with tableHeadPrefix) is,
+// field by field, the header a bare `ustack bench` prints, and the README
+// shows at least one: a reader compares their run against those tables.
+func TestDocsTableHeaders(t *testing.T) {
+	out, err := bareBench()
+	require.NoError(t, err)
+	head, _, _ := strings.Cut(out, "\n")
+	want := strings.Fields(head)
+	require.Equal(t, tableHeadPrefix, want[:len(tableHeadPrefix)], "the bare run's header")
+	root := filepath.Join("..", "..")
+	for _, doc := range []struct {
+		path     string
+		optional bool
+	}{{"README.md", false}, {filepath.Join("docs", "results.md"), true}} {
+		data, err := os.ReadFile(filepath.Join(root, doc.path))
+		if doc.optional && errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		require.NoError(t, err)
+		headers := 0
+		for i, line := range strings.Split(string(data), "\n") {
+			f := strings.Fields(line)
+			if len(f) < len(tableHeadPrefix) || !slices.Equal(f[:len(tableHeadPrefix)], tableHeadPrefix) {
+				continue
+			}
+			headers++
+			require.Equal(t, want, f, "%s:%d: a bench table header must be what `ustack bench` prints", doc.path, i+1)
+		}
+		if !doc.optional {
+			require.Positive(t, headers, "%s shows no bench table (no line starts with %q)", doc.path, strings.Join(tableHeadPrefix, " "))
+		}
 	}
 }

@@ -1,5 +1,7 @@
 // Command ustack runs the ustack userspace network stack: `ustack bench`
-// measures it, `ustack serve` runs it as a host on a real interface.
+// measures it, `ustack serve` runs it as a host on a real interface or
+// TUN device, and `ustack tun` gives a command a network namespace whose
+// network is ustack, relaying its flows to host sockets.
 package main
 
 import (
@@ -9,6 +11,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/ustack-dev/ustack/link/tun"
 	"github.com/ustack-dev/ustack/sandbox"
 )
 
@@ -65,6 +68,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ustack: unknown command %q: valid commands are bench, serve, tun, help\n", args[0])
 		return 2
 	}
+}
+
+// checkMTU is the -mtu check of every command: 0 (the link's default) or
+// an MTU that every link ustack opens takes, from tun.MinMTU (IPv6's
+// minimum link MTU) to tun.MaxMTU (the largest a TUN device takes, below
+// the mem link's and veth's limits), so that one -mtu means the same on
+// every command and link.
+func checkMTU[T int | uint](mtu T) error {
+	if mtu != 0 && (mtu < tun.MinMTU || mtu > tun.MaxMTU) {
+		return fmt.Errorf("-mtu %d: must be from %d to %d, or 0 for the link's default", mtu, tun.MinMTU, tun.MaxMTU)
+	}
+	return nil
 }
 
 // parseFlags parses a command's flags; when it reports !ok the command

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,7 +42,8 @@ func TestBadFlagsExit2WithChoices(t *testing.T) {
 		{[]string{"bench", "-mem-tx-cost", "slow"}, "CALL,PACKET"},
 		{[]string{"bench", "-impair", "loss=200%"}, "loss"},
 		{[]string{"bench", "-impair", "corrupt=1%"}, "checksum offload off"},
-		{[]string{"bench", "-mtu", "100"}, "-mtu"},
+		{[]string{"bench", "-mtu", "100"}, "-mtu 100: must be from 1280 to 65520"},
+		{[]string{"bench", "-mtu", "-1"}, "-mtu -1: must be from 1280 to 65520"},
 		{[]string{"bench", "-json", "-csv"}, "choose one"},
 		{[]string{"bench", "extra"}, "unexpected argument"},
 		{[]string{"frobnicate"}, "valid commands are bench, serve, tun"},
@@ -54,7 +56,10 @@ func TestBadFlagsExit2WithChoices(t *testing.T) {
 		{[]string{"tun", "-qdisc", "red", "--", "true"}, "valid names"},
 		{[]string{"tun", "-max-tcp", "0", "--", "true"}, "-max-tcp"},
 		{[]string{"tun", "-dns-upstream", "x:y", "--", "true"}, "-dns-upstream"},
-		{[]string{"tun", "-mtu", "100", "--", "true"}, "MTU 100"},
+		{[]string{"tun", "-mtu", "100", "--", "true"}, "-mtu 100: must be from 1280 to 65520"},
+		{[]string{"tun", "-mtu", "65535", "--", "true"}, "-mtu 65535: must be from 1280 to 65520"},
+		{[]string{"serve", "-link", "tun:x", "-addr", "198.18.0.2/24", "-mtu", "100"}, "-mtu 100: must be from 1280 to 65520"},
+		{[]string{"serve", "-link", "tun:x", "-addr", "198.18.0.2/24", "-mtu", "65521"}, "-mtu 65521: must be from 1280 to 65520"},
 		{[]string{"serve"}, "-link is required"},
 		{[]string{"serve", "-link", "carrier-pigeon:1", "-addr", "198.18.0.2/24"}, "afpacket:IFACE or tun:NAME"},
 		{[]string{"serve", "-link", "tun:x"}, "-addr"},
@@ -75,6 +80,24 @@ func TestBadFlagsExit2WithChoices(t *testing.T) {
 			require.Empty(t, out)
 			require.Contains(t, errs, tc.want)
 		})
+	}
+}
+
+// TestCheckMTU: one bound for -mtu on every command, 0 meaning the link's
+// default.
+func TestCheckMTU(t *testing.T) {
+	for _, tc := range []struct {
+		mtu int
+		ok  bool
+	}{{0, true}, {1, false}, {1279, false}, {1280, true}, {1500, true}, {9000, true}, {65520, true}, {65521, false}, {65535, false}, {-1, false}} {
+		err := checkMTU(tc.mtu)
+		if tc.ok {
+			require.NoError(t, err, "-mtu %d", tc.mtu)
+			continue
+		}
+		require.EqualError(t, err, fmt.Sprintf("-mtu %d: must be from 1280 to 65520, or 0 for the link's default", tc.mtu))
+		uerr := checkMTU(uint(max(tc.mtu, 0)))
+		require.Equal(t, tc.mtu < 0, uerr == nil, "the unsigned flags of serve and tun get the same bound (%d)", tc.mtu)
 	}
 }
 

@@ -84,8 +84,8 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 	if *queues < 1 {
 		return usage("-queues %d: must be at least 1", *queues)
 	}
-	if *mtu > 65535 {
-		return usage("-mtu %d: must be at most 65535", *mtu)
+	if err := checkMTU(*mtu); err != nil {
+		return usage("%v", err)
 	}
 	im, err := link.ParseImpairments(*impair)
 	if err != nil {

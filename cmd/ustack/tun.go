@@ -183,8 +183,8 @@ Flags:
 	if *queues < 1 {
 		return usage("-queues %d: must be at least 1", *queues)
 	}
-	if *mtu > 65535 {
-		return usage("-mtu %d: must be at most 65520", *mtu)
+	if err := checkMTU(*mtu); err != nil {
+		return usage("%v", err)
 	}
 	d.NetNS, d.Device, d.NoIPv6, d.MTU, d.NoOffload, d.Queues, d.Qdisc = *nsPath, *device, *noIPv6, uint32(*mtu), !*offload, *queues, *qdisc
 	d.ResolvConf, d.AllowHostLoopback = *resolv, *hostLoop

@@ -5,5 +5,6 @@
 // the rest of the process stays where it is.
 //
 // Everything here needs Linux, CAP_NET_ADMIN and CAP_SYS_ADMIN; Probe says
-// whether this process has them, by trying.
+// whether this process has them, by trying, and NoPrivilege tells its
+// error for a missing privilege from one for a broken environment.
 package netns

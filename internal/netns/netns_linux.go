@@ -26,8 +26,18 @@ type NS struct {
 // ErrNoPrivilege is returned when the process may not create namespaces.
 var ErrNoPrivilege = errors.New("creating network namespaces needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN)")
 
+// NoPrivilege reports whether err is the kernel refusing an operation for
+// lack of privilege (EPERM or EACCES anywhere in its chain, or
+// ErrNoPrivilege), as opposed to any other failure. Privileged tests skip
+// on the first and fail on the second: a missing capability is the
+// caller's situation, a broken environment is a fault to report.
+func NoPrivilege(err error) bool {
+	return errors.Is(err, ErrNoPrivilege) || errors.Is(err, os.ErrPermission)
+}
+
 // Probe reports whether this process can create a network namespace and a
-// veth pair in it, by doing so; the error says why not.
+// veth pair in it, by doing so; the error says why not, and NoPrivilege
+// tells a missing privilege from a broken environment.
 func Probe() error {
 	ns, err := New("ustack-probe")
 	if err != nil {
@@ -39,6 +49,9 @@ func Probe() error {
 		la.Name = "probe0"
 		v := &netlink.Veth{LinkAttrs: la, PeerName: "probe1"}
 		if err := netlink.LinkAdd(v); err != nil {
+			if errors.Is(err, os.ErrPermission) {
+				return fmt.Errorf("create a veth pair: %w: needs CAP_NET_ADMIN in the namespace", err)
+			}
 			return fmt.Errorf("create a veth pair: %w", err)
 		}
 		return netlink.LinkDel(v)

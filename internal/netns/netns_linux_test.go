@@ -1,19 +1,26 @@
 package netns
 
 import (
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestVethBetweenNamespaces(t *testing.T) {
 	if err := Probe(); err != nil {
-		t.Skipf("network namespaces unavailable: %v", err)
+		if NoPrivilege(err) {
+			t.Skipf("needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to build network namespaces: %v", err)
+		}
+		t.Fatalf("network namespaces: %v: the environment is broken (a missing privilege would skip)", err)
 	}
 	a, err := New("ustack-test-a")
 	require.NoError(t, err)
@@ -51,4 +58,23 @@ func TestVethBetweenNamespaces(t *testing.T) {
 	require.NoError(t, a.Close())
 	require.NoError(t, a.Close(), "idempotent")
 	require.Error(t, a.Do(func() error { return nil }))
+}
+
+// TestNoPrivilege: refusals for lack of privilege are told apart from
+// every other failure, through wrapping.
+func TestNoPrivilege(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("netns x: %w", ErrNoPrivilege), true},
+		{fmt.Errorf("create a veth pair: %w", unix.EPERM), true},
+		{os.NewSyscallError("open /dev/net/tun", unix.EACCES), true},
+		{&os.PathError{Op: "mount", Path: "/run/netns", Err: unix.EROFS}, false},
+		{fmt.Errorf("link probe0: %w", unix.EEXIST), false},
+		{os.NewSyscallError("open /dev/net/tun", unix.ENOENT), false},
+		{errors.New("operation not permitted"), false},
+	} {
+		require.Equal(t, tc.want, NoPrivilege(tc.err), "%v", tc.err)
+	}
 }
