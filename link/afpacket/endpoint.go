@@ -12,6 +12,7 @@ import (
 
 	"github.com/ustack-dev/ustack/cache"
 	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/link/internal/linkutil"
 	"github.com/ustack-dev/ustack/poll"
 )
 
@@ -49,10 +50,10 @@ type Endpoint struct {
 	mtu  atomic.Uint32
 	addr atomic.Pointer[tcpip.LinkAddress]
 
-	queues []*queue       // immutable after New
-	gates  link.PollGates // the queues' busy-poll gates, in queue order
+	queues []*queue           // immutable after New
+	gates  linkutil.PollGates // the queues' busy-poll gates, in queue order
 
-	link.Lifecycle
+	linkutil.Lifecycle
 	writable atomic.Pointer[func()]
 	err      atomic.Pointer[error] // the device failure, once there is one
 	closing  atomic.Bool           // Close has begun: refuse writes

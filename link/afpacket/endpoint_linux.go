@@ -17,7 +17,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/cache"
-	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/link/internal/linkutil"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
 
@@ -53,7 +53,7 @@ type queue struct {
 	// (whose owner is the holder of gate.Owner) for a run of rounds and
 	// put back, parked, when the receive goroutine finds the socket empty,
 	// so that an idle queue's ring is released after cache.DefaultIdleAfter.
-	gate    link.PollGate
+	gate    linkutil.PollGate
 	rxr     *rxRing
 	rxCache *cache.Cache[*rxRing]
 	rxIt    *cache.Item[*rxRing]
@@ -351,7 +351,7 @@ func (q *queue) addCacheStats(s *cache.Stats) {
 // rxLoop is a queue's receive goroutine: it reads up to a batch with one
 // recvmmsg, delivers it (one RX round, like a NAPI poll), and parks in the
 // netpoller when the socket is empty. While busy-polling readers drive the
-// queue it stands aside (link.PollGate). It returns when the socket is
+// queue it stands aside (linkutil.PollGate). It returns when the socket is
 // closed or the device is gone.
 func (q *queue) rxLoop() {
 	defer q.e.wg.Done()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ustack-dev/ustack/cache"
 	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/link/internal/linkutil"
 	"github.com/ustack-dev/ustack/link/vnet"
 	"github.com/ustack-dev/ustack/poll"
 )
@@ -42,11 +43,11 @@ type Endpoint struct {
 	opts     Options  // immutable after Open
 	offloads Offloads // immutable after Open
 	gsoKind  stack.SupportedGSO
-	queues   []*queue       // immutable after Open
-	gates    link.PollGates // the queues' busy-poll gates, in queue order
+	queues   []*queue           // immutable after Open
+	gates    linkutil.PollGates // the queues' busy-poll gates, in queue order
 
 	mtu atomic.Uint32
-	link.Lifecycle
+	linkutil.Lifecycle
 	writable atomic.Pointer[func()]
 	err      atomic.Pointer[error] // the first device failure
 
@@ -70,7 +71,7 @@ type queue struct {
 	// back, parked, when the receive goroutine finds the queue empty, so
 	// an idle queue holds none after cache.DefaultIdleAfter. With it off
 	// (or while no cache exists), buf and uso are kept for good.
-	gate  link.PollGate
+	gate  linkutil.PollGate
 	rx    *cache.Cache[[]byte]
 	bufIt *cache.Item[[]byte]
 	usoIt *cache.Item[[]byte]

@@ -318,7 +318,7 @@ func (q *queue) rxLoop() {
 	read := q.readRound // bound once: rc.Read then allocates nothing
 	for {
 		// While busy-polling readers drive the queue, stand aside until
-		// the last one stops or the watchdog calls (link.PollGate).
+		// the last one stops or the watchdog calls (linkutil.PollGate).
 		if !q.gate.WaitTurn(q.e.stop) {
 			return
 		}
