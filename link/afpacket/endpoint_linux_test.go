@@ -163,7 +163,7 @@ func TestCapabilities(t *testing.T) {
 	on.SetLinkAddress(macA)
 	require.Equal(t, macA, on.LinkAddress())
 
-	off, _ := testEndpoint(t, &Options{NoVnetHdr: true}, 0)
+	off, _ := testEndpoint(t, &Options{NoOffload: true}, 0)
 	require.Equal(t, stack.CapabilityResolutionRequired, off.Capabilities())
 	require.Equal(t, stack.GSONotSupported, off.SupportedGSO())
 	require.Zero(t, off.GSOMaxSize())
@@ -300,7 +300,7 @@ func TestTXWritesFrames(t *testing.T) {
 }
 
 func TestTXWithoutVnetHdr(t *testing.T) {
-	e, far := testEndpoint(t, &Options{NoVnetHdr: true}, 0)
+	e, far := testEndpoint(t, &Options{NoOffload: true}, 0)
 	ip := ip6(header.UDPProtocolNumber, 1, 2, []byte("plain"), "full")
 	pkt := txPacket(e, ip, header.IPv6ProtocolNumber)
 	defer pkt.DecRef()

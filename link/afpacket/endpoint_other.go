@@ -9,7 +9,6 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/cache"
-	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/internal/linkutil"
 )
 
