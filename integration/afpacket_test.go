@@ -230,7 +230,7 @@ func TestAfpacketOffloads(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opts *afpacket.Options
-	}{{"vnet", nil}, {"novnet", &afpacket.Options{NoVnetHdr: true}}} {
+	}{{"vnet", nil}, {"novnet", &afpacket.Options{NoOffload: true}}} {
 		for _, v := range []struct {
 			name         string
 			kaddr, uaddr netip.Addr
@@ -590,7 +590,7 @@ func BenchmarkAfpacketTCPStream(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		opts *afpacket.Options
-	}{{"vnet", nil}, {"novnet", &afpacket.Options{NoVnetHdr: true}}} {
+	}{{"vnet", nil}, {"novnet", &afpacket.Options{NoOffload: true}}} {
 		b.Run(bc.name, func(b *testing.B) {
 			n := newAfpNet(b, bc.opts, sched.LList)
 			kc, uc := n.connect(b, afpKernel4.Addr(), afpUstack4.Addr(), 5005, true)
