@@ -391,6 +391,7 @@ func TestAfpacketDeviceDeleted(t *testing.T) {
 	require.NoError(t, n.k.DeleteLink(afpKernelIf))
 	require.Eventually(t, func() bool { return n.ep.Err() != nil }, 5*time.Second, 10*time.Millisecond, "endpoint noticing the deletion")
 	t.Logf("endpoint error: %v", n.ep.Err())
+	require.ErrorIs(t, n.ep.Err(), link.ErrDeviceGone)
 	require.ErrorContains(t, n.ep.Err(), afpUstackIf)
 
 	// TCP alone would retransmit for minutes; the application's deadline
@@ -437,6 +438,7 @@ func TestAfpacketDeviceDeletedIdle(t *testing.T) {
 			require.NoError(t, n.u.DeleteLink(afpUstackIf))
 			require.Eventually(t, func() bool { return n.ep.Err() != nil }, 5*time.Second, 10*time.Millisecond, "endpoint noticing the deletion")
 			t.Logf("endpoint error: %v", n.ep.Err())
+			require.ErrorIs(t, n.ep.Err(), link.ErrDeviceGone)
 			require.ErrorContains(t, n.ep.Err(), afpUstackIf)
 			require.NoError(t, n.s.Close())
 			goleak.VerifyNone(t, leaks)
