@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/ustack-dev/ustack/link"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
 

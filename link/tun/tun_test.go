@@ -3,7 +3,6 @@ package tun
 import (
 	"bytes"
 	"fmt"
-	"github.com/ustack-dev/ustack/link"
 	"net/netip"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/internal/leakcheck"
+	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
 
