@@ -31,7 +31,8 @@
 //
 // Every packet is counted in link.Stats (LinkStats, per queue in
 // QueueStats). A device that goes away (the interface is deleted) stops the
-// endpoint: Err reports it, and WritePackets fails.
+// endpoint: Err reports it with an error matching link.ErrDeviceGone, and
+// WritePackets fails.
 //
 // The endpoint uses the interface's own MAC address, so the interface's
 // unicast filter passes ustack's frames, and puts the interface in

@@ -54,9 +54,9 @@ type Options struct {
 	// shaping). Off by default: with it on, a full device drops instead of
 	// pushing back.
 	QdiscBypass bool
-	// NoOffload turns the virtio-net header off: no GSO (gVisor segments
-	// TCP itself) and no checksum offload claim (gVisor checksums every
-	// packet both ways). It exists to measure what the offloads are worth.
+	// NoOffload turns the offloads off by leaving the virtio-net header
+	// (PACKET_VNET_HDR) off: no GSO (gVisor segments TCP itself) and no
+	// checksum offload claim (gVisor checksums every packet both ways). It exists to measure what the offloads are worth.
 	// The kernel still hands over frames with partial checksums (a veth
 	// peer's, say); without the header the endpoint learns of them through
 	// PACKET_AUXDATA and completes their checksums itself.
