@@ -56,13 +56,13 @@ type Endpoint struct {
 
 	linkutil.Lifecycle
 	writable atomic.Pointer[func()]
-	err      atomic.Pointer[error] // the device failure, once there is one
+	err      atomic.Pointer[error] // the first failure (Err)
 	closing  atomic.Bool           // Close has begun: refuse writes
 
 	txCalls, txClosed atomic.Uint64
 
-	stop chan struct{} // closed by Close
-	wg   sync.WaitGroup
+	stop chan struct{}  // closed by Close
+	wg   sync.WaitGroup // Add only at Attach or through IfOpen
 
 	// TX scratch: with the cache on, txCache, owned by whoever holds txMu;
 	// a writer that finds it taken, or any writer with the cache off,
@@ -73,8 +73,8 @@ type Endpoint struct {
 }
 
 // counters are one queue's share of link.Stats. The RX counters are
-// written only by the queue's receive goroutine, the TX counters by
-// writers; a pad keeps the two groups off one cache line.
+// written by whoever receives on the queue, the TX counters by writers; a
+// pad keeps the two groups off one cache line.
 type counters struct {
 	rxPackets, rxBytes, rxRounds, rxSyscalls atomic.Uint64
 	rxErrors, rxBadChecksum, rxDetached      atomic.Uint64

@@ -61,7 +61,7 @@ type Endpoint struct {
 	mtu atomic.Uint32
 	linkutil.Lifecycle
 	writable atomic.Pointer[func()]
-	err      atomic.Pointer[error] // the first device failure
+	err      atomic.Pointer[error] // the first failure (Err)
 
 	txCalls, txSuper, rxSuper, rxUSO, rxUSODatagrams atomic.Uint64
 

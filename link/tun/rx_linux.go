@@ -111,8 +111,8 @@ func (q *queue) rxLoop() {
 // delivers up to a batch of packets. It returns false, to park until the
 // descriptor is readable, when the queue is empty; true after a full batch,
 // so that rxLoop goes round again (where Close can stop it), after a
-// failure, recorded in q.rxErr, or at once when busy-polling
-// readers have the queue.
+// failure (recorded in q.rxErr), or at once when busy-polling readers have
+// the queue.
 func (q *queue) readRound(fd uintptr) bool {
 	if q.gate.Deferring() {
 		return true
