@@ -13,17 +13,6 @@ import (
 	"github.com/ustack-dev/ustack/link/vnet"
 )
 
-// txOutcome classifies one write.
-type txOutcome int
-
-const (
-	txSent   txOutcome = iota
-	txFull             // EAGAIN: no room now; retry after NotifyWritable
-	txClosed           // the endpoint was closed
-	txGone             // the device is gone: nothing more will leave
-	txFailed           // this packet failed; the next one may not
-)
-
 // WritePackets implements stack.LinkWriter. It writes each packet with one
 // writev to the queue its flow hashes to: with the virtio-net header from
 // vnet.ForTX in front (a super-segment goes whole, for the kernel to
@@ -42,101 +31,135 @@ func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 	e.txCalls.Add(1)
 	s := e.txPool.Get().(*txScratch)
 	n, err := e.writePackets(s, pkts.AsSlice())
-	s.pkt = nil // keep no packet alive from the pool
 	e.txPool.Put(s)
 	return n, err
 }
 
-// writePackets is WritePackets with a scratch to write from.
+// writePackets is WritePackets with a scratch to write from: each run of
+// packets bound for one queue is written in one trip through the queue's
+// RawConn.
 func (e *Endpoint) writePackets(s *txScratch, list []*stack.PacketBuffer) (int, tcpip.Error) {
-	nq := len(e.queues)
-	for i, pkt := range list {
-		q := e.queues[0]
-		if nq > 1 {
-			q = e.queues[link.QueueIndex(link.PacketFlowHash(pkt), nq)]
-		}
-		if e.err.Load() != nil {
-			q.txErrors.Add(uint64(len(list) - i))
-			return i, &tcpip.ErrClosedForSend{}
-		}
-		var h vnet.Header
-		if e.offloads.VNetHeader {
-			h = vnet.ForTX(pkt, 0)
-		}
-		out, terr := q.write(s, h, pkt)
-		switch out {
-		case txSent:
-			q.txPackets.Add(1)
-			q.txBytes.Add(uint64(pkt.Size()))
-			if h.IsGSO() {
-				e.txSuper.Add(1)
+	sent := 0
+	for sent < len(list) {
+		qi, end := 0, len(list)
+		if len(e.queues) > 1 {
+			qi, end = e.txQueue(list[sent]), sent+1
+			for end < len(list) && e.txQueue(list[end]) == qi {
+				end++
 			}
-			continue
-		case txFull:
-			q.txFull.Add(uint64(len(list) - i))
-			q.watch.Refused(&e.Lifecycle, q.startWatch)
-			return i, &tcpip.ErrNoBufferSpace{}
-		case txClosed:
-			q.txClosed.Add(uint64(len(list) - i))
-			return i, &tcpip.ErrClosedForSend{}
-		case txGone:
-			q.txErrors.Add(uint64(len(list) - i))
-			return i, &tcpip.ErrClosedForSend{}
-		default:
-			q.txErrors.Add(1)
-			return i, terr
+		}
+		q := e.queues[qi]
+		if e.err.Load() != nil {
+			q.txErrors.Add(uint64(len(list) - sent))
+			return sent, &tcpip.ErrClosedForSend{}
+		}
+		n, errno := q.send(s, list[sent:end])
+		sent += n
+		if errno != 0 {
+			return sent, q.refused(len(list)-sent, errno)
 		}
 	}
-	return len(list), nil
+	return sent, nil
+}
+
+// txQueue picks the queue that writes pkt, by its flow hash, so every flow
+// leaves through one queue and keeps its order.
+func (e *Endpoint) txQueue(pkt *stack.PacketBuffer) int {
+	return link.QueueIndex(link.PacketFlowHash(pkt), len(e.queues))
+}
+
+// send writes pkts to the queue, one writev each, in one trip through the
+// queue's RawConn. It returns how many were written and, if it stopped
+// short, the errno that stopped it (EBADF once closed).
+func (q *queue) send(s *txScratch, pkts []*stack.PacketBuffer) (int, unix.Errno) {
+	s.q, s.pkts, s.n, s.bytes, s.super, s.errno = q, pkts, 0, 0, 0, 0
+	err := q.rc.Control(s.sendFn)
+	n := s.n
+	q.txPackets.Add(uint64(n))
+	q.txBytes.Add(s.bytes)
+	if s.super > 0 {
+		q.e.txSuper.Add(s.super)
+	}
+	errno := s.errno
+	s.q, s.pkts = nil, nil // keep no packet alive from the pool
+	if err != nil {
+		return n, unix.EBADF
+	}
+	return n, errno
+}
+
+// refused accounts for the rest packets that a send on q stopped short of
+// because of errno, and translates errno for the writer.
+func (q *queue) refused(rest int, errno unix.Errno) tcpip.Error {
+	switch errno {
+	case unix.EAGAIN:
+		// Full: the writer keeps the rest and hears from the watcher.
+		q.txFull.Add(uint64(rest))
+		q.watch.Refused(&q.e.Lifecycle, q.startWatch)
+		return &tcpip.ErrNoBufferSpace{}
+	case unix.EBADF:
+		q.txClosed.Add(uint64(rest))
+		return &tcpip.ErrClosedForSend{}
+	case unix.EBADFD, unix.ENXIO, unix.ENODEV:
+		// The device was deleted: the queue is detached for good.
+		q.e.failGone(os.NewSyscallError("writev", errno))
+		q.txErrors.Add(uint64(rest))
+		return &tcpip.ErrClosedForSend{}
+	default:
+		q.txErrors.Add(1)
+		return tcpip.TranslateErrno(errno)
+	}
 }
 
 // txScratch is what one WritePackets call needs for its writes: the
-// virtio-net header of the packet being written, and the write itself,
-// bound once to the scratch so that a write through the queue's RawConn
-// allocates nothing. Scratches live in the endpoint's pool; concurrent
-// calls use different ones.
+// virtio-net header of the packet being written, and the loop that writes
+// a run of packets, bound once to the scratch so that a trip through the
+// queue's RawConn allocates nothing. Scratches live in the endpoint's
+// pool; concurrent calls use different ones.
 type txScratch struct {
-	hdr     [vnet.HeaderSize]byte
-	nhdr    int                 // bytes of hdr to write: 0 without the virtio-net header
-	pkt     *stack.PacketBuffer // the packet being written; borrowed for the write
-	errno   unix.Errno          // writeFn's result
-	writeFn func(fd uintptr)    // writes hdr[:nhdr] and pkt
+	hdr    [vnet.HeaderSize]byte
+	q      *queue
+	pkts   []*stack.PacketBuffer // the run being written; borrowed
+	n      int                   // packets of pkts written
+	bytes  uint64                // their bytes
+	super  uint64                // how many of them were GSO super-segments
+	errno  unix.Errno            // what stopped the run, or 0
+	sendFn func(fd uintptr)      // s.send, bound once
 }
 
 func newTXScratch() *txScratch {
 	s := &txScratch{}
-	s.writeFn = func(fd uintptr) { s.errno = writePacket(int(fd), s.hdr[:s.nhdr], s.pkt) }
+	s.sendFn = s.send
 	return s
 }
 
-// write writes one packet behind header h to the queue, from scratch s.
-func (q *queue) write(s *txScratch, h vnet.Header, pkt *stack.PacketBuffer) (txOutcome, tcpip.Error) {
-	s.nhdr = 0
-	if q.e.offloads.VNetHeader {
-		h.Encode(s.hdr[:])
-		s.nhdr = vnet.HeaderSize
-	}
-	s.pkt = pkt
-	for {
-		if q.rc.Control(s.writeFn) != nil {
-			return txClosed, nil
+// send writes s.pkts from s.n on, one writev each, until one fails.
+func (s *txScratch) send(fd uintptr) {
+	vnetHdr := s.q.e.offloads.VNetHeader
+	for s.n < len(s.pkts) {
+		pkt := s.pkts[s.n]
+		hdr := s.hdr[:0]
+		gso := false
+		if vnetHdr {
+			h := vnet.ForTX(pkt, 0)
+			h.Encode(s.hdr[:])
+			hdr, gso = s.hdr[:], h.IsGSO()
 		}
-		q.txSyscalls.Add(1)
-		if s.errno != unix.EINTR {
-			break
+		errno := writePacket(int(fd), hdr, pkt)
+		s.q.txSyscalls.Add(1)
+		switch errno {
+		case 0:
+			s.n++
+			s.bytes += uint64(pkt.Size())
+			if gso {
+				s.super++
+			}
+		case unix.EINTR:
+		default:
+			s.errno = errno
+			return
 		}
 	}
-	switch s.errno {
-	case 0:
-		return txSent, nil
-	case unix.EAGAIN:
-		return txFull, nil
-	case unix.EBADFD, unix.ENXIO, unix.ENODEV:
-		// The device was deleted: the queue is detached for good.
-		q.e.failGone(os.NewSyscallError("writev", s.errno))
-		return txGone, nil
-	}
-	return txFailed, tcpip.TranslateErrno(s.errno)
 }
 
 // watchLoop is the queue's writability watcher goroutine, started by the
