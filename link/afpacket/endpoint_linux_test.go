@@ -489,3 +489,22 @@ func TestCloseIsIdempotentAndRefusesWrites(t *testing.T) {
 	require.NoError(t, e.Err(), "Close is not a device failure")
 	e.Attach(&sink{}) // after Close: starts nothing
 }
+
+// TestTXDeviceGone: a send the kernel fails because the interface is gone
+// (ENODEV) drops the rest, stops the endpoint, and Err matches
+// link.ErrDeviceGone; later writes fail at once.
+func TestTXDeviceGone(t *testing.T) {
+	e, _ := testEndpoint(t, nil, 0)
+	terr := e.queues[0].refused(3, unix.ENODEV)
+	require.IsType(t, &tcpip.ErrClosedForSend{}, terr)
+	require.ErrorIs(t, e.Err(), link.ErrDeviceGone)
+	require.ErrorIs(t, e.Err(), unix.ENODEV)
+	require.ErrorContains(t, e.Err(), `afpacket: interface "test0"`)
+
+	pkt := txPacket(e, ip4(header.UDPProtocolNumber, 1, 2, nil, "full"), header.IPv4ProtocolNumber)
+	defer pkt.DecRef()
+	n, err := e.WritePackets(list(pkt, pkt))
+	require.Zero(t, n)
+	require.IsType(t, &tcpip.ErrClosedForSend{}, err)
+	require.Equal(t, uint64(3+2), e.LinkStats().TXErrors)
+}

@@ -543,3 +543,22 @@ func FuzzTunReceive(f *testing.F) {
 		}
 	})
 }
+
+// TestTunTXDeviceGone: a write the kernel fails because the device was
+// deleted (EBADFD) drops the rest, stops the endpoint, and Err matches
+// link.ErrDeviceGone; later writes fail at once.
+func TestTunTXDeviceGone(t *testing.T) {
+	e, _ := pairEndpoint(t, 1, fullOffloads, nil)
+	terr := e.queues[0].refused(3, unix.EBADFD)
+	require.IsType(t, &tcpip.ErrClosedForSend{}, terr)
+	require.ErrorIs(t, e.Err(), link.ErrDeviceGone)
+	require.ErrorIs(t, e.Err(), unix.EBADFD)
+	require.ErrorContains(t, e.Err(), "tun pair")
+
+	p := outPacket(1, nil, false)
+	defer p.DecRef()
+	n, err := e.WritePackets(list(p, p))
+	require.Zero(t, n)
+	require.IsType(t, &tcpip.ErrClosedForSend{}, err)
+	require.Equal(t, uint64(3+2), e.LinkStats().TXErrors)
+}
