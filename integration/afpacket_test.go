@@ -228,7 +228,7 @@ func TestAfpacketOffloads(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opts *afpacket.Options
-	}{{"vnet", nil}, {"novnet", &afpacket.Options{NoVnetHdr: true}}} {
+	}{{"vnet", nil}, {"novnet", &afpacket.Options{NoOffload: true}}} {
 		for _, v := range []struct {
 			name         string
 			kaddr, uaddr netip.Addr
@@ -387,6 +387,7 @@ func TestAfpacketDeviceDeleted(t *testing.T) {
 	require.NoError(t, n.k.DeleteLink(afpKernelIf))
 	require.Eventually(t, func() bool { return n.ep.Err() != nil }, 5*time.Second, 10*time.Millisecond, "endpoint noticing the deletion")
 	t.Logf("endpoint error: %v", n.ep.Err())
+	require.ErrorIs(t, n.ep.Err(), link.ErrDeviceGone)
 	require.ErrorContains(t, n.ep.Err(), afpUstackIf)
 
 	// TCP alone would retransmit for minutes; the application's deadline
@@ -433,6 +434,7 @@ func TestAfpacketDeviceDeletedIdle(t *testing.T) {
 			require.NoError(t, n.u.DeleteLink(afpUstackIf))
 			require.Eventually(t, func() bool { return n.ep.Err() != nil }, 5*time.Second, 10*time.Millisecond, "endpoint noticing the deletion")
 			t.Logf("endpoint error: %v", n.ep.Err())
+			require.ErrorIs(t, n.ep.Err(), link.ErrDeviceGone)
 			require.ErrorContains(t, n.ep.Err(), afpUstackIf)
 			require.NoError(t, n.s.Close())
 			goleak.VerifyNone(t, leaks)
@@ -586,7 +588,7 @@ func BenchmarkAfpacketTCPStream(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		opts *afpacket.Options
-	}{{"vnet", nil}, {"novnet", &afpacket.Options{NoVnetHdr: true}}} {
+	}{{"vnet", nil}, {"novnet", &afpacket.Options{NoOffload: true}}} {
 		b.Run(bc.name, func(b *testing.B) {
 			n := newAfpNet(b, bc.opts, sched.LList)
 			kc, uc := n.connect(b, afpKernel4.Addr(), afpUstack4.Addr(), 5005, true)

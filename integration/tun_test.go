@@ -23,6 +23,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 
 	"github.com/ustack-dev/ustack/internal/netns"
+	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/tun"
 	"github.com/ustack-dev/ustack/sched"
 	"github.com/ustack-dev/ustack/stack"
@@ -412,7 +413,7 @@ func TestTunDeviceDeleted(t *testing.T) {
 			require.NoError(t, k.DeleteLink(tunDev))
 			tunWaitFor(t, 5*time.Second, "the endpoint to report the device gone", func() bool { return ep.Err() != nil })
 			t.Logf("Err: %v", ep.Err())
-			require.ErrorIs(t, ep.Err(), tun.ErrDeviceGone)
+			require.ErrorIs(t, ep.Err(), link.ErrDeviceGone)
 			require.ErrorIs(t, ep.Err(), syscall.EBADFD)
 			// TCP goes on retransmitting into the dead device: those
 			// writes fail and are counted.

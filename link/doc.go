@@ -1,8 +1,10 @@
 // Package link holds what every ustack link endpoint shares: the counters
-// each endpoint reports (Stats, Reporter), the attach and close
-// bookkeeping gVisor's rules call for (Lifecycle), the flow hash that
+// each endpoint reports (Stats, Reporter), the error a device endpoint
+// reports once its device is gone (ErrDeviceGone), the flow hash that
 // multi-queue endpoints pick a queue by (FlowHash), and the faults an
-// endpoint can inject (Impairments).
+// endpoint can inject (Impairments). The bookkeeping the endpoints share
+// and no user needs (attach and close, busy-polling gates, writability
+// watchers) is in link/internal/linkutil.
 //
 // The endpoints themselves live in the sub-packages:
 //

@@ -65,3 +65,30 @@ type Reporter interface {
 	// call from any goroutine at any time, including after Close.
 	LinkStats() Stats
 }
+
+// Add adds every counter of o to s: what an endpoint with several queues
+// reports as its total, or what a caller sums over several endpoints.
+func (s *Stats) Add(o Stats) {
+	s.TXPackets += o.TXPackets
+	s.TXBytes += o.TXBytes
+	s.TXCalls += o.TXCalls
+	s.TXFull += o.TXFull
+	s.TXClosed += o.TXClosed
+	s.TXErrors += o.TXErrors
+	s.TXSyscalls += o.TXSyscalls
+	s.RXPackets += o.RXPackets
+	s.RXBytes += o.RXBytes
+	s.RXRounds += o.RXRounds
+	s.RXBusyPolled += o.RXBusyPolled
+	s.RXDetached += o.RXDetached
+	s.RXMalformed += o.RXMalformed
+	s.RXClosed += o.RXClosed
+	s.RXBadChecksum += o.RXBadChecksum
+	s.RXErrors += o.RXErrors
+	s.RXSyscalls += o.RXSyscalls
+	s.ImpairLost += o.ImpairLost
+	s.ImpairDuplicated += o.ImpairDuplicated
+	s.ImpairReordered += o.ImpairReordered
+	s.ImpairCorrupted += o.ImpairCorrupted
+	s.ImpairDelayed += o.ImpairDelayed
+}

@@ -40,7 +40,7 @@ func OpenLink(spec string, o LinkOptions) (gstack.LinkEndpoint, error) {
 	var ep gstack.LinkEndpoint
 	switch kind {
 	case "afpacket":
-		e, err := afpacket.New(name, &afpacket.Options{Queues: o.Queues, NoVnetHdr: o.NoOffload})
+		e, err := afpacket.New(name, &afpacket.Options{Queues: o.Queues, NoOffload: o.NoOffload})
 		if err != nil {
 			return nil, err
 		}

@@ -140,7 +140,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			return p, usageError{fmt.Errorf("-tx-batch %d, -queues %d: must be at least 0 and 1", *txBatch, *queues)}
 		}
 		p.Reverse = *reverse
-		p.AFPacket = &afpacket.Options{NoVnetHdr: !*offload, TXBatch: *txBatch, Queues: *queues}
+		p.AFPacket = &afpacket.Options{NoOffload: !*offload, TXBatch: *txBatch, Queues: *queues}
 		p.Tun = &tun.Options{NoOffload: !*offload, Queues: *queues}
 		if slices.Contains(p.Links, "mem") {
 			if err := mo.Validate(); err != nil {

@@ -39,10 +39,10 @@ func udpFrame(sport uint16, payload []byte) []byte {
 }
 
 // parkRound is the receive goroutine's round when it finds the socket
-// empty: the ring goes back to the cache, parked.
+// empty: the landing batch goes back to the cache, parked.
 func parkRound(q *queue) {
 	q.gate.Owner.Lock()
-	q.parkRing()
+	q.parkLanding()
 	q.gate.Owner.Unlock()
 }
 
@@ -79,11 +79,11 @@ func TestRXSteadyStateAllocs(t *testing.T) {
 	}
 }
 
-// TestRXLandingRingNotReusedWhileReferenced: packets delivered from a
+// TestRXLandingBatchNotReusedWhileReferenced: packets delivered from a
 // round keep their bytes while the stack holds them, however many later
-// rounds land in the same ring (each packet is copied out of the ring
-// before delivery, so the ring can be the cache's again at once).
-func TestRXLandingRingNotReusedWhileReferenced(t *testing.T) {
+// rounds land in the same landing batch (each packet is copied out of it
+// before delivery, so the batch can be the cache's again at once).
+func TestRXLandingBatchNotReusedWhileReferenced(t *testing.T) {
 	e, far := testEndpoint(t, nil, 0)
 	h := &holder{}
 	e.AttachAndStart(h, func() {})
@@ -113,12 +113,12 @@ func TestRXLandingRingNotReusedWhileReferenced(t *testing.T) {
 		require.Equal(t, payload(i), b[header.IPv4MinimumSize+header.UDPMinimumSize:], "packet %d intact", i)
 	}
 	s := e.CacheStats()
-	require.Positive(t, s.Hits, "the ring came back from the cache")
+	require.Positive(t, s.Hits, "the landing batch came back from the cache")
 }
 
-// TestRXIdleRingReleased: a queue that has parked for DefaultIdleAfter
-// holds no landing ring; the next round gets a fresh one.
-func TestRXIdleRingReleased(t *testing.T) {
+// TestRXIdleLandingBatchReleased: a queue that has parked for DefaultIdleAfter
+// holds no landing batch; the next round gets a fresh one.
+func TestRXIdleLandingBatchReleased(t *testing.T) {
 	e, far := testEndpoint(t, nil, 0)
 	c := &counter{}
 	e.AttachAndStart(c, func() {})
@@ -133,7 +133,7 @@ func TestRXIdleRingReleased(t *testing.T) {
 	require.EqualValues(t, 1, s.Held)
 	require.Positive(t, s.HeldBytes)
 	require.Eventually(t, func() bool { return e.CacheStats().Held == 0 }, time.Minute, 10*time.Millisecond,
-		"the idle ring is released")
+		"the idle landing batch is released")
 	require.EqualValues(t, 1, e.CacheStats().Released)
 	_, err = unix.Write(far[0], udpFrame(2, []byte("y")))
 	require.NoError(t, err)
@@ -141,7 +141,7 @@ func TestRXIdleRingReleased(t *testing.T) {
 		q.busyPoll()
 	}
 	parkRound(q)
-	require.EqualValues(t, 2, e.CacheStats().Misses, "a fresh ring after the release")
+	require.EqualValues(t, 2, e.CacheStats().Misses, "a fresh landing batch after the release")
 }
 
 // TestTXCacheConcurrentWriters: writers that find the owner's scratch

@@ -9,9 +9,9 @@
 //     buffers the endpoint owns and reuses, copies each frame once into a
 //     right-sized pooled gVisor view and delivers it. When the socket is
 //     empty the goroutine parks in Go's netpoller (syscall.RawConn), so no
-//     OS thread blocks per queue, and Close wakes it. The landing ring
+//     OS thread blocks per queue, and Close wakes it. The landing batch
 //     comes from the queue's cache (package cache), parked with it, so an
-//     idle queue's ring is released (Options.NoCache keeps it for good).
+//     idle queue's batch is released (Options.NoCache keeps it for good).
 //   - TX: WritePackets sends a whole batch with one sendmmsg, the packets'
 //     own views as iovecs (no payload copy), its message headers built in
 //     scratch from the endpoint's cache. A full socket is backpressure:
@@ -31,7 +31,8 @@
 //
 // Every packet is counted in link.Stats (LinkStats, per queue in
 // QueueStats). A device that goes away (the interface is deleted) stops the
-// endpoint: Err reports it, and WritePackets fails.
+// endpoint: Err reports it with an error matching link.ErrDeviceGone, and
+// WritePackets fails.
 //
 // The endpoint uses the interface's own MAC address, so the interface's
 // unicast filter passes ustack's frames, and puts the interface in

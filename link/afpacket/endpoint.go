@@ -2,6 +2,7 @@ package afpacket
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/ustack-dev/ustack/cache"
 	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/link/internal/linkutil"
 	"github.com/ustack-dev/ustack/poll"
 )
 
@@ -32,10 +34,10 @@ var ErrNotSupported = errors.New("afpacket: AF_PACKET sockets exist on Linux onl
 const GSOMaxSize = stack.GVisorGSOMaxSize
 
 // Endpoint is an AF_PACKET link endpoint bound to one interface. It is safe
-// for concurrent use. New opens its sockets and starts one writability
-// watcher goroutine per queue; the first Attach with a dispatcher starts
-// one receive goroutine per queue; Close stops and joins them all and
-// closes the sockets.
+// for concurrent use. New opens its sockets, one per queue; the first
+// Attach with a dispatcher starts one receive goroutine per queue, and a
+// queue's first write refused for lack of room starts its writability
+// watcher; Close stops and joins them all and closes the sockets.
 //
 // The Endpoint owns its sockets and landing buffers. WritePackets borrows
 // the packets it is given for the duration of the call only; delivered
@@ -49,18 +51,18 @@ type Endpoint struct {
 	mtu  atomic.Uint32
 	addr atomic.Pointer[tcpip.LinkAddress]
 
-	queues []*queue       // immutable after New
-	gates  link.PollGates // the queues' busy-poll gates, in queue order
+	queues []*queue           // immutable after New
+	gates  linkutil.PollGates // the queues' busy-poll gates, in queue order
 
-	link.Lifecycle
+	linkutil.Lifecycle
 	writable atomic.Pointer[func()]
-	err      atomic.Pointer[error] // the device failure, once there is one
+	err      atomic.Pointer[error] // the first failure (Err)
 	closing  atomic.Bool           // Close has begun: refuse writes
 
 	txCalls, txClosed atomic.Uint64
 
-	stop chan struct{} // closed by Close
-	wg   sync.WaitGroup
+	stop chan struct{}  // closed by Close
+	wg   sync.WaitGroup // Add only at Attach or through IfOpen
 
 	// TX scratch: with the cache on, txCache, owned by whoever holds txMu;
 	// a writer that finds it taken, or any writer with the cache off,
@@ -71,8 +73,8 @@ type Endpoint struct {
 }
 
 // counters are one queue's share of link.Stats. The RX counters are
-// written only by the queue's receive goroutine, the TX counters by
-// writers; a pad keeps the two groups off one cache line.
+// written by whoever receives on the queue, the TX counters by writers; a
+// pad keeps the two groups off one cache line.
 type counters struct {
 	rxPackets, rxBytes, rxRounds, rxSyscalls atomic.Uint64
 	rxErrors, rxBadChecksum, rxDetached      atomic.Uint64
@@ -265,11 +267,13 @@ func (e *Endpoint) notifyWritable() {
 	}
 }
 
-// Err returns nil while the interface is there, and an error saying so
-// once it is gone (deleted, or its namespace destroyed): the endpoint then
-// receives nothing and refuses every write; Close it. An interface that is
-// only down is not an error: frames sent meanwhile are dropped (counted in
-// TXErrors) and receiving resumes when it comes back up.
+// Err returns nil while the interface works, and afterwards the failure
+// that stopped the endpoint: once the interface is gone (deleted, or its
+// namespace destroyed), an error matching link.ErrDeviceGone. The endpoint
+// then receives nothing and refuses every write; Close it. An interface
+// that is only down is not an error: frames sent meanwhile are dropped
+// (counted in TXErrors) and receiving resumes when it comes back up. It is
+// safe to call at any time.
 func (e *Endpoint) Err() error {
 	if p := e.err.Load(); p != nil {
 		return *p
@@ -277,13 +281,19 @@ func (e *Endpoint) Err() error {
 	return nil
 }
 
-// fail records the device failure err; the first one wins.
+// fail records the failure err; the first one wins.
 func (e *Endpoint) fail(err error) {
 	e.err.CompareAndSwap(nil, &err)
 }
 
+// failGone records that the interface is gone, which cause (the failed
+// system call) showed.
+func (e *Endpoint) failGone(cause error) {
+	e.fail(linkutil.DeviceGone(fmt.Sprintf("afpacket: interface %q (index %d)", e.ifname, e.ifindex), cause))
+}
+
 // CacheStats returns what the endpoint's buffer caches counted, TX scratch
-// and every queue's landing ring together (all zero with NoCache).
+// and every queue's landing batch together (all zero with NoCache).
 func (e *Endpoint) CacheStats() cache.Stats {
 	var s cache.Stats
 	if e.txCache != nil {
@@ -304,7 +314,7 @@ func (e *Endpoint) CacheStats() cache.Stats {
 func (e *Endpoint) LinkStats() link.Stats {
 	var s link.Stats
 	for _, q := range e.queues {
-		add(&s, q.stats())
+		s.Add(q.stats())
 	}
 	s.TXCalls = e.txCalls.Load()
 	s.TXClosed = e.txClosed.Load()
@@ -326,31 +336,4 @@ func (q *queue) stats() link.Stats {
 	s := q.counters.stats()
 	s.RXBusyPolled = q.gate.Polled()
 	return s
-}
-
-func add(s *link.Stats, q link.Stats) {
-	s.TXPackets += q.TXPackets
-	s.TXBytes += q.TXBytes
-	s.TXFull += q.TXFull
-	s.TXErrors += q.TXErrors
-	s.TXSyscalls += q.TXSyscalls
-	s.RXPackets += q.RXPackets
-	s.RXBytes += q.RXBytes
-	s.RXRounds += q.RXRounds
-	s.RXBusyPolled += q.RXBusyPolled
-	s.RXDetached += q.RXDetached
-	s.RXMalformed += q.RXMalformed
-	s.RXBadChecksum += q.RXBadChecksum
-	s.RXErrors += q.RXErrors
-	s.RXSyscalls += q.RXSyscalls
-}
-
-// txQueue picks the queue that sends pkt: always the first with one queue,
-// otherwise by its flow hash, so every flow leaves through one socket and
-// keeps its order.
-func (e *Endpoint) txQueue(pkt *stack.PacketBuffer) int {
-	if len(e.queues) == 1 {
-		return 0
-	}
-	return link.QueueIndex(link.PacketFlowHash(pkt), len(e.queues))
 }

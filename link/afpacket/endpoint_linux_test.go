@@ -163,7 +163,7 @@ func TestCapabilities(t *testing.T) {
 	on.SetLinkAddress(macA)
 	require.Equal(t, macA, on.LinkAddress())
 
-	off, _ := testEndpoint(t, &Options{NoVnetHdr: true}, 0)
+	off, _ := testEndpoint(t, &Options{NoOffload: true}, 0)
 	require.Equal(t, stack.CapabilityResolutionRequired, off.Capabilities())
 	require.Equal(t, stack.GSONotSupported, off.SupportedGSO())
 	require.Zero(t, off.GSOMaxSize())
@@ -300,7 +300,7 @@ func TestTXWritesFrames(t *testing.T) {
 }
 
 func TestTXWithoutVnetHdr(t *testing.T) {
-	e, far := testEndpoint(t, &Options{NoVnetHdr: true}, 0)
+	e, far := testEndpoint(t, &Options{NoOffload: true}, 0)
 	ip := ip6(header.UDPProtocolNumber, 1, 2, []byte("plain"), "full")
 	pkt := txPacket(e, ip, header.IPv6ProtocolNumber)
 	defer pkt.DecRef()
@@ -488,4 +488,23 @@ func TestCloseIsIdempotentAndRefusesWrites(t *testing.T) {
 	require.Equal(t, uint64(1), st.TXCalls)
 	require.NoError(t, e.Err(), "Close is not a device failure")
 	e.Attach(&sink{}) // after Close: starts nothing
+}
+
+// TestTXDeviceGone: a send the kernel fails because the interface is gone
+// (ENODEV) drops the rest, stops the endpoint, and Err matches
+// link.ErrDeviceGone; later writes fail at once.
+func TestTXDeviceGone(t *testing.T) {
+	e, _ := testEndpoint(t, nil, 0)
+	terr := e.queues[0].refused(3, unix.ENODEV)
+	require.IsType(t, &tcpip.ErrClosedForSend{}, terr)
+	require.ErrorIs(t, e.Err(), link.ErrDeviceGone)
+	require.ErrorIs(t, e.Err(), unix.ENODEV)
+	require.ErrorContains(t, e.Err(), `afpacket: interface "test0"`)
+
+	pkt := txPacket(e, ip4(header.UDPProtocolNumber, 1, 2, nil, "full"), header.IPv4ProtocolNumber)
+	defer pkt.DecRef()
+	n, err := e.WritePackets(list(pkt, pkt))
+	require.Zero(t, n)
+	require.IsType(t, &tcpip.ErrClosedForSend{}, err)
+	require.Equal(t, uint64(3+2), e.LinkStats().TXErrors)
 }

@@ -9,13 +9,13 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/cache"
-	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/link/internal/linkutil"
 )
 
 // queue has only its counters here: no Endpoint is ever made.
 type queue struct {
 	e    *Endpoint
-	gate link.PollGate
+	gate linkutil.PollGate
 	counters
 }
 

@@ -2,7 +2,6 @@ package afpacket
 
 import (
 	"encoding/binary"
-	"github.com/ustack-dev/ustack/link"
 	"math/rand/v2"
 	"testing"
 
@@ -11,6 +10,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
 

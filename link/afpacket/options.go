@@ -54,13 +54,13 @@ type Options struct {
 	// shaping). Off by default: with it on, a full device drops instead of
 	// pushing back.
 	QdiscBypass bool
-	// NoVnetHdr turns the virtio-net header off: no GSO (gVisor segments
-	// TCP itself) and no checksum offload claim (gVisor checksums every
-	// packet both ways). It exists to measure what the offloads are worth.
+	// NoOffload turns the offloads off by leaving the virtio-net header
+	// (PACKET_VNET_HDR) off: no GSO (gVisor segments TCP itself) and no
+	// checksum offload claim (gVisor checksums every packet both ways). It exists to measure what the offloads are worth.
 	// The kernel still hands over frames with partial checksums (a veth
 	// peer's, say); without the header the endpoint learns of them through
 	// PACKET_AUXDATA and completes their checksums itself.
-	NoVnetHdr bool
+	NoOffload bool
 	// RXBatch is the most frames one recvmmsg reads (one RX round).
 	// Default DefaultBatch, at most MaxBatch. Each costs a 64 KiB landing
 	// buffer per queue.
@@ -71,7 +71,7 @@ type Options struct {
 	TXBatch int
 	// NoCache turns the endpoint's buffer caches (package cache) off: TX
 	// scratch then comes from a sync.Pool, emptied by the garbage
-	// collector, and each queue keeps its landing ring for its whole life,
+	// collector, and each queue keeps its landing batch for its whole life,
 	// idle or not, as before the caches. For comparison.
 	NoCache bool
 	// SndBuf and RcvBuf are each socket's send and receive buffer sizes in

@@ -17,7 +17,7 @@ func TestOptionsNormalize(t *testing.T) {
 	}{
 		{"nil means defaults", nil, d, ""},
 		{"zero means defaults", &Options{}, d, ""},
-		{"booleans kept", &Options{NoVnetHdr: true, QdiscBypass: true}, func() Options { o := d; o.NoVnetHdr, o.QdiscBypass = true, true; return o }(), ""},
+		{"booleans kept", &Options{NoOffload: true, QdiscBypass: true}, func() Options { o := d; o.NoOffload, o.QdiscBypass = true, true; return o }(), ""},
 		{"per-packet TX", &Options{TXBatch: 1}, func() Options { o := d; o.TXBatch = 1; return o }(), ""},
 		{"largest", &Options{Queues: MaxQueues, RXBatch: MaxBatch, TXBatch: MaxBatch}, func() Options {
 			o := d

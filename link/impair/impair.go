@@ -23,6 +23,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/link/internal/linkutil"
 )
 
 // Options says what to inject in each direction.
@@ -55,7 +56,7 @@ type Endpoint struct {
 	rxOffload   bool
 	delays      *delayLine
 	rx, tx      counts
-	life        link.Lifecycle
+	life        linkutil.Lifecycle
 }
 
 type counts struct {

@@ -12,6 +12,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/link/internal/linkutil"
 	"github.com/ustack-dev/ustack/poll"
 )
 
@@ -35,7 +36,7 @@ type Endpoint struct {
 	// rx is the ring the peer writes; this endpoint's goroutine drains it.
 	tx, rx *ring
 
-	link.Lifecycle
+	linkutil.Lifecycle
 
 	stop chan struct{}
 	done chan struct{}

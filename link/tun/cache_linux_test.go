@@ -38,7 +38,7 @@ func (*holdingSink) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.Packet
 // empty: its landing buffers go back to the cache, parked.
 func parkQueue(q *queue) {
 	q.gate.Owner.Lock()
-	q.park()
+	q.parkLanding()
 	q.gate.Owner.Unlock()
 }
 

@@ -63,7 +63,8 @@
 // Closing the last descriptor of a device that Open created deletes it
 // (the device is not made persistent). A device deleted from outside
 // (ip link del, or netlink) fails reads and writes with EBADFD: receiving
-// stops, writes fail, and Err reports it.
+// stops, writes fail, and Err reports it with an error matching
+// link.ErrDeviceGone.
 //
 // Everything here needs CAP_NET_ADMIN. On systems other than Linux, Open
 // returns ErrNotSupported.

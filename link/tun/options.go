@@ -1,7 +1,6 @@
 package tun
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -132,16 +131,6 @@ func checkName(name string) error {
 	}
 	return nil
 }
-
-var (
-	// ErrNotSupported is returned by Open on systems without TUN support
-	// in this package (every system but Linux).
-	ErrNotSupported = errors.New("tun: TUN devices are supported on Linux only")
-	// ErrDeviceGone is wrapped by Err when the device was deleted (or
-	// otherwise failed) under the endpoint: reads and writes fail for
-	// good, and the endpoint should be closed.
-	ErrDeviceGone = errors.New("tun: device went away")
-)
 
 // Offloads says what the endpoint negotiated with the kernel.
 type Offloads struct {

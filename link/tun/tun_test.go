@@ -3,7 +3,6 @@ package tun
 import (
 	"bytes"
 	"fmt"
-	"github.com/ustack-dev/ustack/link"
 	"net/netip"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/internal/leakcheck"
+	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
 
@@ -321,126 +321,6 @@ func frame(h vnet.Header, ip []byte) []byte {
 	h.Encode(b)
 	copy(b[vnet.HeaderSize:], ip)
 	return b
-}
-
-// detachedEndpoint builds an endpoint without devices whose receive path
-// can be driven by hand; it must not be attached (that would start
-// goroutines on the missing devices).
-func detachedEndpoint(off Offloads) (*Endpoint, *queue) {
-	e := newEndpoint("test", DefaultOptions(), off, []*device{nil})
-	return e, e.queues[0]
-}
-
-func TestTunReceive(t *testing.T) {
-	e, q := detachedEndpoint(Offloads{VNetHeader: true, Checksum: true, TSO4: true, TSO6: true, USO4: true, USO6: true})
-	good := tcp4Packet([]byte("hello"), 1)
-	bad := bytes.Clone(good)
-	bad[len(bad)-1] ^= 1
-	super, h := udpSuper(true, make([]byte, 2500))
-	tso := tcp4Packet(make([]byte, 5000), 2)
-
-	q.receive(frame(vnet.Header{}, good))
-	require.Equal(t, uint64(1), e.LinkStats().RXDetached, "no dispatcher yet")
-
-	r := newRecorder()
-	e.AttachAndStart(r, func() {})                                // deliver without starting the receive goroutines
-	q.receive(frame(vnet.Header{}, good))                         // verified, delivered
-	q.receive(frame(vnet.Header{}, bad))                          // bad checksum
-	q.receive(frame(vnet.Header{Flags: vnet.FlagDataValid}, bad)) // the kernel's verdict stands
-	q.receive(frame(h, super))                                    // USO: three datagrams
-	q.receive(frame(vnet.Header{Flags: vnet.FlagNeedsCsum, GSOType: vnet.GSOTCPv4, GSOSize: 1000, HdrLen: 40, CsumStart: 20, CsumOffset: 16}, tso))
-	q.receive(frame(vnet.Header{Flags: vnet.FlagNeedsCsum, CsumStart: 200, CsumOffset: 16}, good)) // checksum outside
-	q.receive([]byte{1, 2, 3})                                                                     // shorter than a header
-	q.receive(frame(vnet.Header{Flags: vnet.FlagDataValid}, []byte{0x15, 0}))                      // not IP
-	q.receive(make([]byte, rxBufSize))                                                             // truncated read
-
-	got := r.got()
-	require.Len(t, got, 1+1+3+1)
-	require.Equal(t, good, got[0])
-	require.Equal(t, bad, got[1])
-	require.Equal(t, tso, got[len(got)-1], "a TCP super-segment is delivered whole")
-	require.Equal(t, header.IPv6ProtocolNumber, r.proto[2])
-
-	s := e.LinkStats()
-	require.Equal(t, uint64(len(got)), s.RXPackets)
-	require.Equal(t, uint64(1), s.RXBadChecksum)
-	require.Equal(t, uint64(3), s.RXErrors, "checksum outside, short header, truncated")
-	require.Equal(t, uint64(1), s.RXMalformed)
-	require.Equal(t, uint64(1), s.RXDetached)
-	require.Equal(t, OffloadStats{RXSuperSegments: 1, RXUSOSplit: 1, RXUSODatagrams: 3}, e.OffloadStats())
-}
-
-func TestTunReceiveWithoutVNetHeader(t *testing.T) {
-	e, q := detachedEndpoint(Offloads{})
-	r := newRecorder()
-	e.AttachAndStart(r, func() {}) // deliver without starting the receive goroutines
-	good := tcp4Packet([]byte("x"), 1)
-	bad := bytes.Clone(good)
-	bad[len(bad)-1] ^= 1
-	q.receive(good)
-	q.receive(bad) // gVisor verifies: the endpoint claims no offload
-	require.Equal(t, [][]byte{good, bad}, r.got())
-	require.Equal(t, stack.CapabilityNone, e.Capabilities())
-	require.Equal(t, stack.GSONotSupported, e.SupportedGSO())
-	require.Zero(t, e.GSOMaxSize())
-}
-
-func TestTunCapabilities(t *testing.T) {
-	e, _ := detachedEndpoint(Offloads{VNetHeader: true, Checksum: true, TSO4: true, TSO6: true})
-	require.Equal(t, stack.CapabilityRXChecksumOffload, e.Capabilities(), "RX checksum offload, never TX")
-	require.Equal(t, stack.HostGSOSupported, e.SupportedGSO())
-	require.Equal(t, uint32(HostGSOMaxSize), e.GSOMaxSize())
-
-	e, _ = detachedEndpoint(Offloads{VNetHeader: true, Checksum: true})
-	require.Equal(t, stack.GSONotSupported, e.SupportedGSO(), "no TSO, no host GSO")
-
-	o := DefaultOptions()
-	o.SoftwareGSO = true
-	e = newEndpoint("test", o, Offloads{}, []*device{nil})
-	require.Equal(t, stack.GVisorGSOSupported, e.SupportedGSO())
-	require.Equal(t, uint32(stack.GVisorGSOMaxSize), e.GSOMaxSize())
-
-	e = newEndpoint("test", o, Offloads{VNetHeader: true, Checksum: true, TSO4: true, TSO6: true}, []*device{nil})
-	require.Equal(t, stack.HostGSOSupported, e.SupportedGSO(), "host TSO wins over software GSO")
-
-	require.Equal(t, uint32(DefaultMTU), e.MTU())
-	e.SetMTU(100)
-	require.Equal(t, uint32(MinMTU), e.MTU())
-	e.SetMTU(1 << 20)
-	require.Equal(t, uint32(MaxMTU), e.MTU())
-	require.Equal(t, header.ARPHardwareNone, e.ARPHardwareType())
-}
-
-// FuzzReceive: nothing a device hands over panics the receive path, every
-// packet delivered is IP and no larger than what was read, and every frame
-// is accounted for.
-func FuzzTunReceive(f *testing.F) {
-	super, h := udpSuper(false, make([]byte, 2500))
-	f.Add(frame(h, super))
-	f.Add(frame(vnet.Header{}, tcp4Packet([]byte("seed"), 1)))
-	f.Add(frame(vnet.Header{Flags: vnet.FlagNeedsCsum, GSOType: vnet.GSOTCPv4, GSOSize: 100, HdrLen: 40, CsumStart: 20, CsumOffset: 16}, tcp4Packet(make([]byte, 500), 2)))
-	f.Add([]byte{0, 0, 0})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		e, q := detachedEndpoint(Offloads{VNetHeader: true, Checksum: true, TSO4: true, TSO6: true, USO4: true, USO6: true})
-		r := newRecorder()
-		e.AttachAndStart(r, func() {}) // deliver without starting the receive goroutines
-		q.receive(b)
-		for _, p := range r.got() {
-			if v := header.IPVersion(p); v != header.IPv4Version && v != header.IPv6Version {
-				t.Fatalf("delivered a non-IP packet % x", p)
-			}
-			if len(p) > len(b) {
-				t.Fatalf("delivered %d bytes from a %d-byte frame", len(p), len(b))
-			}
-		}
-		// One frame is either dropped with one reason, or delivered as
-		// one packet (several for a split UDP super-packet).
-		s := e.LinkStats()
-		dropped := s.RXErrors + s.RXBadChecksum + s.RXMalformed
-		if !(dropped == 1 && s.RXPackets == 0) && !(dropped == 0 && s.RXPackets >= 1) {
-			t.Fatalf("frame counted %d times as dropped and delivered as %d packets: %+v", dropped, s.RXPackets, s)
-		}
-	})
 }
 
 // FuzzSplitUSO: no header or packet panics the split; when it succeeds,

@@ -6,14 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"syscall"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
-	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/ustack-dev/ustack/cache"
+	"github.com/ustack-dev/ustack/link/internal/linkutil"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
 
@@ -92,20 +92,8 @@ func Open(name string, opts *Options) (*Endpoint, error) {
 	if err := configure(name, &o); err != nil {
 		return nil, err
 	}
-	devs := make([]*device, len(fds))
-	for i, fd := range fds {
-		d, err := newDevice(fd, fmt.Sprintf("%s:%s#%d", cloneDevice, name, i))
-		if err != nil {
-			for _, d := range devs[:i] {
-				d.close()
-			}
-			fds = fds[i+1:] // newDevice closed fds[i]; the deferred cleanup closes the rest
-			return nil, fmt.Errorf("tun %s: queue %d: %w", name, i, err)
-		}
-		devs[i] = d
-	}
-	ok = true
-	return newEndpoint(name, o, off, devs), nil
+	ok = true // newEndpoint owns the descriptors now
+	return newEndpoint(name, o, off, fds)
 }
 
 // openQueue opens one queue of the device and returns its descriptor and
@@ -230,248 +218,106 @@ func configure(name string, o *Options) error {
 	return nil
 }
 
-// device is one queue's file descriptor, registered with Go's runtime
-// poller so that waiting for it parks a goroutine, not a thread.
-type device struct {
-	fd   int
+// queue is one of the device's queues: its receive goroutine, its
+// writability watcher and its share of the counters. Its file is the
+// queue's descriptor, registered with the runtime poller; every system
+// call on it goes through rc, whose reference on the descriptor makes
+// Close wait for a call in progress, so the descriptor is never closed, or
+// reused, under one.
+type queue struct {
+	e    *Endpoint
+	idx  int
 	file *os.File
 	rc   syscall.RawConn
-
-	// mu is held for reading by every write, which uses fd directly
-	// (through rc a write would allocate a closure per packet), and for
-	// writing by close, so fd is never written after it is closed.
-	mu     sync.RWMutex
-	closed bool // guarded by mu
-
-	rxErr error // the read failure that stopped the receive goroutine, which alone touches it
+	// watch signals writability after a refused write; startWatch starts
+	// its goroutine (bound once, so a refusal allocates nothing).
+	watch      linkutil.Watcher
+	startWatch func()
+	// gate serialises receive rounds between the receive goroutine and
+	// busy-polling readers; whoever holds gate.Owner uses the landing
+	// buffers (for reads, and for splitting USO): with the cache on,
+	// rxIt and usoIt, taken from rxCache (whose owner is the holder of
+	// gate.Owner) for a run of rounds and put back, parked, when the
+	// receive goroutine finds the queue empty, so that an idle queue holds
+	// none after cache.DefaultIdleAfter; with it off, rxb and uso, kept
+	// for good.
+	gate    linkutil.PollGate
+	rxCache *cache.Cache[[]byte]
+	rxIt    *cache.Item[[]byte]
+	usoIt   *cache.Item[[]byte]
+	rxb     []byte // landing buffer of rxBufSize, without the cache; made on first use
+	uso     []byte // datagram buffer for splitting USO, without the cache; made on first use
+	// pollRound is busyPoll's round, bound once so that a round
+	// allocates nothing; it leaves its result in pollN and pollErr.
+	pollRound func(fd uintptr)
+	pollN     int
+	pollErr   error
+	// rxErr is the read failure that stopped the receive goroutine, which
+	// alone touches it.
+	rxErr error
+	counters
 }
 
-func newDevice(fd int, name string) (*device, error) {
-	f := os.NewFile(uintptr(fd), name)
-	rc, err := f.SyscallConn()
-	if err != nil {
-		// f owns fd now: closing it closes fd.
-		f.Close()
-		return nil, fmt.Errorf("register with the runtime poller: %w", err)
+// newEndpoint builds an endpoint over open, non-blocking descriptors of
+// the device name, one per queue, once Open has configured it. It owns fds
+// from the call on, closing them on error. It starts no goroutine: Attach
+// starts the receive goroutines, a queue's first refused write its
+// watcher. Tests call it with socketpairs.
+func newEndpoint(name string, o Options, off Offloads, fds []int) (*Endpoint, error) {
+	e := &Endpoint{name: name, opts: o, offloads: off, stop: make(chan struct{})}
+	switch {
+	case off.TSO():
+		e.gsoKind = stack.HostGSOSupported
+	case o.SoftwareGSO:
+		e.gsoKind = stack.GVisorGSOSupported
+	default:
+		e.gsoKind = stack.GSONotSupported
 	}
-	return &device{fd: fd, file: f, rc: rc}, nil
-}
-
-// close closes the descriptor: it waits for writes in progress, wakes the
-// goroutines parked on it (their RawConn calls fail), and waits for a
-// receive round in progress to end. Idempotent.
-func (d *device) close() {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return
-	}
-	d.closed = true
-	d.mu.Unlock()
-	d.file.Close()
-}
-
-// write writes one packet behind header h to the queue.
-func (q *queue) write(h vnet.Header, pkt *stack.PacketBuffer) (txOutcome, tcpip.Error) {
-	var hb [vnet.HeaderSize]byte
-	hdr := hb[:0]
-	if q.e.offloads.VNetHeader {
-		h.Encode(hb[:])
-		hdr = hb[:]
-	}
-	d := q.dev
-	d.mu.RLock()
-	if d.closed {
-		d.mu.RUnlock()
-		return txClosed, nil
-	}
-	var errno unix.Errno
-	for {
-		errno = writePacket(d.fd, hdr, pkt)
-		q.txSyscalls.Add(1)
-		if errno != unix.EINTR {
-			break
+	e.mtu.Store(o.MTU)
+	e.txPool.New = func() any { return newTXScratch() }
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), fmt.Sprintf("%s:%s#%d", cloneDevice, name, i))
+		rc, err := f.SyscallConn()
+		if err != nil {
+			f.Close()
+			for _, q := range e.queues {
+				q.file.Close()
+			}
+			for _, fd := range fds[i+1:] {
+				unix.Close(fd)
+			}
+			return nil, fmt.Errorf("tun %s: queue %d: register with the runtime poller: %w", name, i, err)
 		}
-	}
-	d.mu.RUnlock()
-	switch errno {
-	case 0:
-		return txSent, nil
-	case unix.EAGAIN:
-		return txFull, nil
-	case unix.EBADFD, unix.ENXIO, unix.ENODEV:
-		// The device was deleted: the queue is detached for good.
-		q.e.fail(os.NewSyscallError("writev", errno))
-		return txGone, nil
-	}
-	return txFailed, tcpip.TranslateErrno(errno)
-}
-
-// errEOF is the read failure of a descriptor at end of file.
-var errEOF = errors.New("read: end of file")
-
-// rxLoop is a queue's receive goroutine: rounds of up to a batch of reads,
-// parked in the runtime poller while the queue is empty. It ends when Close
-// closes the descriptor, or when the device fails.
-func (q *queue) rxLoop() {
-	defer q.e.wg.Done()
-	read := q.readRound // bound once: rc.Read then allocates nothing
-	for {
-		// While busy-polling readers drive the queue, stand aside until
-		// the last one stops or the watchdog calls (link.PollGate).
-		if !q.gate.WaitTurn(q.e.stop) {
-			return
+		q := &queue{e: e, idx: i, file: f, rc: rc}
+		q.startWatch = func() {
+			e.wg.Add(1)
+			go q.watchLoop()
 		}
-		if err := q.dev.rc.Read(read); err != nil {
-			return // closed
+		if !o.NoCache {
+			q.rxCache = cache.New(cache.Config[[]byte]{
+				Name:  "tun landing buffers",
+				New:   func() []byte { return make([]byte, rxBufSize) },
+				Reset: func(b *[]byte) { *b = (*b)[:cap(*b)] },
+				Size:  func(b *[]byte) int { return cap(*b) },
+				// The read buffer and the USO buffer.
+				MaxItems: 2,
+				MaxBytes: 2 * rxBufSize,
+			})
 		}
-		if q.dev.rxErr != nil {
-			q.e.fail(q.dev.rxErr)
-			return
-		}
+		e.queues = append(e.queues, q)
+		e.gates = append(e.gates, &e.queues[i].gate)
 	}
+	return e, nil
 }
 
-// readRound runs in rc.Read with the queue's descriptor. It reads and
-// delivers up to a batch of packets. It returns false, to park until the
-// descriptor is readable, when the queue is empty; true after a full batch,
-// so that rxLoop goes round again (where Close can stop it), after a
-// failure, recorded in the device's rxErr, or at once when busy-polling
-// readers have the queue.
-func (q *queue) readRound(fd uintptr) bool {
-	if q.gate.Deferring() {
-		return true
-	}
-	q.gate.Owner.Lock()
-	defer q.gate.Owner.Unlock()
-	q.gate.Received()
-	n, again, err := q.roundLocked(fd)
-	if err != nil {
-		q.dev.rxErr = err
-		return true
-	}
-	if n > 0 {
-		q.rxRounds.Add(1)
-	}
-	if !again {
-		q.park() // the queue is empty: the receive goroutine parks
-	}
-	return again
-}
+// close closes the queue's descriptor, which wakes its goroutines once the
+// system calls in progress on it have returned. Closing the last
+// descriptor of a device Open created deletes the device.
+func (q *queue) close() { q.file.Close() }
 
-// roundLocked reads and delivers up to a batch of packets, holding
-// q.gate.Owner. again is false when the queue ran empty; err is a failure
-// that ends the queue.
-func (q *queue) roundLocked(fd uintptr) (n int, again bool, err error) {
-	buf := q.landing()
-	for n < q.e.opts.RXBatch {
-		m, rerr := unix.Read(int(fd), buf)
-		q.rxSyscalls.Add(1)
-		switch {
-		case rerr == nil && m == 0:
-			// End of file. A TUN device never hands over an empty
-			// packet; anything else that reads 0 is finished, and would
-			// poll readable forever.
-			return n, true, errEOF
-		case rerr == nil:
-			q.receive(buf[:m])
-			n++
-		case errors.Is(rerr, unix.EAGAIN):
-			return n, false, nil
-		case errors.Is(rerr, unix.EINTR):
-		default:
-			// EBADFD once the device is deleted (EIO and ENXIO on older
-			// kernels): every further read would fail the same way, and
-			// the poller would report the descriptor ready forever.
-			q.rxErrors.Add(1)
-			return n, true, os.NewSyscallError("read", rerr)
-		}
-	}
-	return n, true, nil
-}
-
-// busyPoll runs one non-blocking receive round for a busy-polling reader,
-// unless another goroutine is receiving, and returns the packets read. A
-// failure is left to the receive goroutine, which it wakes.
-func (q *queue) busyPoll() int {
-	if !q.gate.Owner.TryLock() {
-		return 0
-	}
-	defer q.gate.Owner.Unlock()
-	if q.pollRound == nil {
-		q.pollRound = func(fd uintptr) { q.pollN, _, q.pollErr = q.roundLocked(fd) }
-	}
-	if q.dev.rc.Control(q.pollRound) != nil {
-		return 0 // closed
-	}
-	n, err := q.pollN, q.pollErr
-	if n > 0 {
-		q.rxRounds.Add(1)
-		q.gate.CountPolled()
-	}
-	if err != nil {
-		q.gate.Force()
-	}
-	return n
-}
-
-// watchLoop is a queue's watcher goroutine: woken after a refused write,
-// it parks in the runtime poller until the descriptor is writable, then
-// signals the writer. Started by the first refusal, ended by Close.
-func (q *queue) watchLoop() {
-	defer q.e.wg.Done()
-	var pfd [1]unix.PollFd
-	writable := func(fd uintptr) bool {
-		pfd[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLOUT}
-		n, err := unix.Poll(pfd[:], 0)
-		// Any event counts, POLLERR and POLLHUP too: the next write then
-		// succeeds or fails for good, and either is what the writer must
-		// learn. A failed poll is treated the same way, never as a reason
-		// to wait.
-		return err != nil || n > 0
-	}
-	for {
-		select {
-		case <-q.kick:
-		case <-q.e.stop:
-			return
-		}
-		// rc.Write arms the poller before it first calls writable, so room
-		// made after the check wakes it: no lost wake-up.
-		if err := q.dev.rc.Write(writable); err != nil {
-			return // closed
-		}
-		q.signalWritable()
+// closeCaches releases every cache, after Close joined the goroutines.
+func (e *Endpoint) closeCaches() {
+	for _, q := range e.queues {
+		q.closeLanding()
 	}
 }
-
-// signalWritable calls the registered writability function if a write was
-// refused since the last signal.
-func (q *queue) signalWritable() {
-	if !q.wantWritable.Swap(false) {
-		return
-	}
-	if f := q.e.writable.Load(); f != nil {
-		(*f)()
-	}
-}
-
-// fail records the first device failure: err says which system call
-// failed and how.
-func (e *Endpoint) fail(err error) {
-	var werr error = &goneError{name: e.name, err: err}
-	e.err.CompareAndSwap(nil, &werr)
-}
-
-// goneError is what Err returns: it matches ErrDeviceGone and the
-// underlying error (an *os.SyscallError with the errno) with errors.Is.
-type goneError struct {
-	name string
-	err  error
-}
-
-func (g *goneError) Error() string {
-	return fmt.Sprintf("tun %s: device went away: %v: close the endpoint, and open the device again to go on", g.name, g.err)
-}
-
-func (g *goneError) Unwrap() []error { return []error{ErrDeviceGone, g.err} }

@@ -1,0 +1,362 @@
+//go:build linux
+
+package afpacket
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/ustack-dev/ustack/cache"
+)
+
+const (
+	// downCheckInterval is how often a receive goroutine whose interface
+	// went down checks whether it was deleted. The kernel reports a device
+	// going down or away once (ENETDOWN), before it is unlisted, so the
+	// first check may still find it; after that nothing wakes a reader of
+	// an unbound socket. Four checks a second find a deleted device within
+	// a quarter second and cost nothing measurable.
+	downCheckInterval = 250 * time.Millisecond
+	// rxErrorBackoff is how long a receive goroutine waits after a read
+	// error it does not expect (ENOMEM, say) before reading again, so that
+	// a persistent error cannot make it spin.
+	rxErrorBackoff = 10 * time.Millisecond
+)
+
+// rxBatch is one queue's landing area for one recvmmsg: RXBatch buffers of
+// rxBufSize bytes in one slab, with a message header, an iovec, a
+// link-layer address (for the packet type) and, without the virtio-net
+// header, a control buffer (for PACKET_AUXDATA) each. The kernel copies
+// frames into it (it is not a PACKET_MMAP ring shared with the kernel). It
+// belongs to whoever holds the queue's gate.Owner and is reused for every
+// round.
+type rxBatch struct {
+	slab  []byte
+	msgs  []unix.Mmsghdr
+	iovs  []unix.Iovec
+	names []unix.RawSockaddrLinklayer
+	ctrl  []byte // nil unless aux
+	used  int    // messages the last recvmmsg filled in
+}
+
+// size returns the bytes the batch holds.
+func (r *rxBatch) size() int { return rxBatchSize(len(r.msgs), r.ctrl != nil) }
+
+// reset readies the batch for its next owner: every message header is
+// restored before the next read. The landing buffers need no clearing:
+// a round reads only what the kernel wrote into them in that round.
+func (r *rxBatch) reset() { r.used = len(r.msgs) }
+
+// recv reads a round from fd, first restoring the header fields that the
+// previous round's messages had overwritten.
+func (r *rxBatch) recv(fd int) (int, unix.Errno) {
+	for i := range r.used {
+		m := &r.msgs[i]
+		m.Len = 0
+		m.Hdr.Namelen = unix.SizeofSockaddrLinklayer
+		m.Hdr.Flags = 0
+		if r.ctrl != nil {
+			m.Hdr.SetControllen(auxSpace)
+		}
+	}
+	n, errno := recvmmsg(fd, r.msgs)
+	switch errno {
+	case 0:
+		r.used = n
+	case unix.EAGAIN:
+		r.used = 0 // the kernel wrote nothing
+	default:
+		r.used = len(r.msgs) // it may have written anything: restore all
+	}
+	return n, errno
+}
+
+// buf returns the bytes message i received.
+func (r *rxBatch) buf(i int) []byte {
+	off := i * rxBufSize
+	return r.slab[off : off+min(int(r.msgs[i].Len), rxBufSize)]
+}
+
+// truncated reports whether message i did not fit its buffer.
+func (r *rxBatch) truncated(i int) bool { return r.msgs[i].Hdr.Flags&unix.MSG_TRUNC != 0 }
+
+// pktType returns message i's sll_pkttype; a socket that reports no
+// link-layer address (a test's socketpair) gets PACKET_HOST.
+func (r *rxBatch) pktType(i int) uint8 {
+	if r.msgs[i].Hdr.Namelen < unix.SizeofSockaddrLinklayer || r.names[i].Family != unix.AF_PACKET {
+		return unix.PACKET_HOST
+	}
+	return r.names[i].Pkttype
+}
+
+// partial reports whether PACKET_AUXDATA says message i's checksum is
+// partial (TP_STATUS_CSUMNOTREADY).
+func (r *rxBatch) partial(i int) bool {
+	if r.ctrl == nil {
+		return false
+	}
+	n := min(int(r.msgs[i].Hdr.Controllen), auxSpace)
+	st, ok := auxStatus(r.ctrl[i*auxSpace : i*auxSpace+n])
+	return ok && st&unix.TP_STATUS_CSUMNOTREADY != 0
+}
+
+// landing returns the landing batch for a receive round; the caller holds
+// q.gate.Owner.
+func (q *queue) landing() *rxBatch {
+	if q.rxCache == nil {
+		return q.rxb
+	}
+	if q.rxIt == nil {
+		q.rxIt = q.rxCache.Get()
+	}
+	return q.rxIt.V
+}
+
+// parkLanding gives the landing batch back to the cache and parks it,
+// before the receive goroutine parks on an empty socket; the caller holds
+// q.gate.Owner.
+func (q *queue) parkLanding() {
+	if q.rxCache == nil {
+		return
+	}
+	if q.rxIt != nil {
+		q.rxCache.Put(q.rxIt)
+		q.rxIt = nil
+	}
+	q.rxCache.Park()
+}
+
+// closeLanding releases the landing batch, once no goroutine receives:
+// Close calls it after joining the receive goroutine, and takes gate.Owner
+// so that a busy poller's round in progress ends first.
+func (q *queue) closeLanding() {
+	if q.rxCache == nil {
+		return
+	}
+	q.gate.Owner.Lock()
+	q.rxIt = nil
+	q.rxCache.Close()
+	q.gate.Owner.Unlock()
+}
+
+// addCacheStats adds what the queue's landing cache counted to s.
+func (q *queue) addCacheStats(s *cache.Stats) {
+	if q.rxCache != nil {
+		s.Add(q.rxCache.Stats())
+	}
+}
+
+// rxLoop is a queue's receive goroutine: it reads up to a batch with one
+// recvmmsg, delivers it (one RX round, like a NAPI poll), and parks in the
+// netpoller when the socket is empty. While busy-polling readers drive the
+// queue it stands aside (linkutil.PollGate). It returns when the socket is
+// closed or the device is gone.
+func (q *queue) rxLoop() {
+	defer q.e.wg.Done()
+	var (
+		r        *rxBatch
+		n        int
+		errno    unix.Errno
+		deferred bool
+	)
+	// read returns true holding q.gate.Owner, unless it found the queue
+	// deferred to busy pollers.
+	read := func(fd uintptr) bool {
+		if q.gate.Deferring() {
+			deferred = true
+			return true
+		}
+		q.gate.Owner.Lock()
+		r = q.landing()
+		n, errno = r.recv(int(fd))
+		q.rxSyscalls.Add(1)
+		if errno == unix.EAGAIN {
+			q.parkLanding()
+			q.gate.Owner.Unlock()
+			return false
+		}
+		q.gate.Received()
+		return true
+	}
+	down := false
+	for {
+		if !q.gate.WaitTurn(q.e.stop) {
+			return
+		}
+		deferred = false
+		err := q.rc.Read(read)
+		if err == nil && deferred {
+			continue
+		}
+		if err == nil {
+			// The round is delivered before it is released: a busy
+			// poller meanwhile finds the queue taken.
+			if errno == 0 {
+				q.deliver(r, n)
+			}
+			q.gate.Owner.Unlock()
+		}
+		if err != nil {
+			if down && errors.Is(err, os.ErrDeadlineExceeded) {
+				if q.checkGone("recvmmsg", unix.ENETDOWN) {
+					return
+				}
+				q.file.SetReadDeadline(time.Now().Add(downCheckInterval))
+				continue
+			}
+			if !q.e.closing.Load() {
+				q.e.fail(fmt.Errorf("afpacket: receive on %q, queue %d: %w", q.e.ifname, q.idx, err))
+			}
+			return
+		}
+		if down {
+			down = false
+			q.file.SetReadDeadline(time.Time{})
+		}
+		switch errno {
+		case 0, unix.EINTR:
+		case unix.ENETDOWN, unix.ENXIO, unix.ENODEV:
+			// Down or gone; the kernel says so once, then the socket is
+			// silent. Gone is final; down waits for the interface to come
+			// back up, checking now and then whether it was deleted.
+			if q.checkGone("recvmmsg", errno) {
+				return
+			}
+			down = true
+			q.file.SetReadDeadline(time.Now().Add(downCheckInterval))
+		default:
+			q.rxErrors.Add(1)
+			if !q.e.pause(rxErrorBackoff) {
+				return
+			}
+		}
+	}
+}
+
+// busyPoll runs one non-blocking receive round for a busy-polling reader,
+// unless another goroutine is receiving, and returns the frames delivered.
+func (q *queue) busyPoll() int {
+	if !q.gate.Owner.TryLock() {
+		return 0
+	}
+	defer q.gate.Owner.Unlock()
+	if q.pollRecv == nil {
+		q.pollRecv = func(fd uintptr) { q.pollN, q.pollErrno = q.landing().recv(int(fd)) }
+	}
+	if q.rc.Control(q.pollRecv) != nil {
+		return 0 // closed
+	}
+	n, errno := q.pollN, q.pollErrno
+	q.rxSyscalls.Add(1)
+	switch errno {
+	case 0:
+		q.deliver(q.landing(), n)
+		q.gate.CountPolled()
+		return n
+	case unix.EAGAIN, unix.EINTR:
+	default:
+		// Down, gone or failing: the receive goroutine knows what to do.
+		q.gate.Force()
+	}
+	return 0
+}
+
+// checkGone reports whether the interface no longer exists, recording the
+// failure (with the errno that led here) if so.
+func (q *queue) checkGone(call string, errno unix.Errno) bool {
+	gone := false
+	err := q.rc.Control(func(fd uintptr) {
+		ifr, err := unix.NewIfreq("")
+		if err != nil {
+			return
+		}
+		ifr.SetUint32(uint32(q.e.ifindex))
+		gone = errors.Is(unix.IoctlIfreq(int(fd), unix.SIOCGIFNAME, ifr), unix.ENODEV)
+	})
+	if err != nil {
+		return true // closed
+	}
+	if gone {
+		q.e.failGone(os.NewSyscallError(call, errno))
+	}
+	return gone
+}
+
+// pause waits d, or until Close; it reports false if Close came first.
+func (e *Endpoint) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-e.stop:
+		return false
+	}
+}
+
+// deliver hands the n frames of one RX round to the stack: each is copied
+// once, into a pooled view of its own size, so the landing buffer can take
+// the next round at once.
+func (q *queue) deliver(r *rxBatch, n int) {
+	d := q.e.Dispatcher()
+	var delivered, bytes uint64
+	for i := range n {
+		pt := r.pktType(i)
+		switch {
+		case pt == unix.PACKET_OUTGOING:
+			continue // our own, should PACKET_IGNORE_OUTGOING be missing
+		case d == nil:
+			q.rxDetached.Add(1)
+			continue
+		case r.truncated(i):
+			q.rxErrors.Add(1)
+			continue
+		case pt == unix.PACKET_OTHERHOST:
+			q.rxMalformed.Add(1)
+			continue
+		}
+		frame, proto, v := parseRX(r.buf(i), q.e.vnetHdr, r.partial(i))
+		switch v {
+		case rxError:
+			q.rxErrors.Add(1)
+			continue
+		case rxMalformed:
+			q.rxMalformed.Add(1)
+			continue
+		case rxBadChecksum:
+			q.rxBadChecksum.Add(1)
+			continue
+		}
+		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{
+			Payload: buffer.MakeWithView(buffer.NewViewWithData(frame)),
+		})
+		pkt.PktType = packetType(pt)
+		q.e.ParseHeader(pkt) // cannot fail: parseRX checked the length
+		d.DeliverNetworkPacket(proto, pkt)
+		pkt.DecRef()
+		delivered++
+		bytes += uint64(len(frame))
+	}
+	q.rxPackets.Add(delivered)
+	q.rxBytes.Add(bytes)
+	q.rxRounds.Add(1)
+}
+
+// packetType translates sll_pkttype into gVisor's numbering.
+func packetType(pt uint8) tcpip.PacketType {
+	switch pt {
+	case unix.PACKET_BROADCAST:
+		return tcpip.PacketBroadcast
+	case unix.PACKET_MULTICAST:
+		return tcpip.PacketMulticast
+	default:
+		return tcpip.PacketHost
+	}
+}

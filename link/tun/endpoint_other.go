@@ -1,0 +1,51 @@
+//go:build !linux
+
+package tun
+
+import (
+	"fmt"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/ustack-dev/ustack/cache"
+	"github.com/ustack-dev/ustack/link/internal/linkutil"
+)
+
+// queue has only its counters here: no Endpoint is ever made.
+type queue struct {
+	e    *Endpoint
+	gate linkutil.PollGate
+	counters
+}
+
+// txScratch is a TX call's scratch; it exists on Linux only.
+type txScratch struct{}
+
+// Open returns ErrNotSupported: TUN devices are Linux's. It still checks
+// its arguments, so that a bad configuration is reported as such
+// everywhere.
+func Open(name string, opts *Options) (*Endpoint, error) {
+	if _, err := opts.normalize(); err != nil {
+		return nil, err
+	}
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("tun %s: %w", name, ErrNotSupported)
+}
+
+func (q *queue) rxLoop() { q.e.wg.Done() }
+
+func (*queue) busyPoll() int { return 0 }
+
+func (*queue) close() {}
+
+func (*queue) addCacheStats(*cache.Stats) {}
+
+func (*Endpoint) closeCaches() {}
+
+// WritePackets implements stack.LinkWriter; without TUN it sends nothing.
+func (*Endpoint) WritePackets(stack.PacketBufferList) (int, tcpip.Error) {
+	return 0, &tcpip.ErrNotSupported{}
+}

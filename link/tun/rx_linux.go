@@ -1,0 +1,271 @@
+//go:build linux
+
+package tun
+
+import (
+	"errors"
+	"os"
+
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/ustack-dev/ustack/cache"
+	"github.com/ustack-dev/ustack/link/vnet"
+)
+
+// errEOF is the read failure of a descriptor at end of file.
+var errEOF = errors.New("read: end of file")
+
+// landing returns the buffer a read lands in; the caller holds
+// q.gate.Owner.
+func (q *queue) landing() []byte {
+	if q.rxCache == nil {
+		if q.rxb == nil {
+			q.rxb = make([]byte, rxBufSize)
+		}
+		return q.rxb
+	}
+	if q.rxIt == nil {
+		q.rxIt = q.rxCache.Get()
+	}
+	return q.rxIt.V
+}
+
+// usoBuf returns the buffer USO datagrams are split into; the caller holds
+// q.gate.Owner (or drives receive by hand, in tests).
+func (q *queue) usoBuf() []byte {
+	if q.rxCache == nil {
+		if q.uso == nil {
+			q.uso = make([]byte, maxPacketSize)
+		}
+		return q.uso
+	}
+	if q.usoIt == nil {
+		q.usoIt = q.rxCache.Get()
+	}
+	return q.usoIt.V
+}
+
+// parkLanding gives the landing buffers back to the cache and parks it,
+// before the receive goroutine parks on an empty queue; the caller holds
+// q.gate.Owner.
+func (q *queue) parkLanding() {
+	if q.rxCache == nil {
+		return
+	}
+	for _, it := range []**cache.Item[[]byte]{&q.rxIt, &q.usoIt} {
+		if *it != nil {
+			q.rxCache.Put(*it)
+			*it = nil
+		}
+	}
+	q.rxCache.Park()
+}
+
+// closeLanding releases the landing buffers once no goroutine receives:
+// Close calls it after joining the receive goroutines, and takes
+// gate.Owner so that a busy poller's round in progress ends first.
+func (q *queue) closeLanding() {
+	if q.rxCache == nil {
+		return
+	}
+	q.gate.Owner.Lock()
+	q.rxIt, q.usoIt = nil, nil
+	q.rxCache.Close()
+	q.gate.Owner.Unlock()
+}
+
+// addCacheStats adds what the queue's landing cache counted to s.
+func (q *queue) addCacheStats(s *cache.Stats) {
+	if q.rxCache != nil {
+		s.Add(q.rxCache.Stats())
+	}
+}
+
+// rxLoop is a queue's receive goroutine: rounds of up to a batch of reads,
+// parked in the runtime poller while the queue is empty. It ends when Close
+// closes the descriptor, or when the device fails.
+func (q *queue) rxLoop() {
+	defer q.e.wg.Done()
+	read := q.readRound // bound once: rc.Read then allocates nothing
+	for {
+		// While busy-polling readers drive the queue, stand aside until
+		// the last one stops or the watchdog calls (linkutil.PollGate).
+		if !q.gate.WaitTurn(q.e.stop) {
+			return
+		}
+		if err := q.rc.Read(read); err != nil {
+			return // closed
+		}
+		if q.rxErr != nil {
+			q.e.failGone(q.rxErr)
+			return
+		}
+	}
+}
+
+// readRound runs in rc.Read with the queue's descriptor. It reads and
+// delivers up to a batch of packets. It returns false, to park until the
+// descriptor is readable, when the queue is empty; true after a full batch,
+// so that rxLoop goes round again (where Close can stop it), after a
+// failure (recorded in q.rxErr), or at once when busy-polling readers have
+// the queue.
+func (q *queue) readRound(fd uintptr) bool {
+	if q.gate.Deferring() {
+		return true
+	}
+	q.gate.Owner.Lock()
+	defer q.gate.Owner.Unlock()
+	q.gate.Received()
+	n, again, err := q.roundLocked(fd)
+	if err != nil {
+		q.rxErr = err
+		return true
+	}
+	if n > 0 {
+		q.rxRounds.Add(1)
+	}
+	if !again {
+		q.parkLanding() // the queue is empty: the receive goroutine parks
+	}
+	return again
+}
+
+// roundLocked reads and delivers up to a batch of packets, holding
+// q.gate.Owner. again is false when the queue ran empty; err is a failure
+// that ends the queue.
+func (q *queue) roundLocked(fd uintptr) (n int, again bool, err error) {
+	buf := q.landing()
+	for n < q.e.opts.RXBatch {
+		m, rerr := unix.Read(int(fd), buf)
+		q.rxSyscalls.Add(1)
+		switch {
+		case rerr == nil && m == 0:
+			// End of file. A TUN device never hands over an empty
+			// packet; anything else that reads 0 is finished, and would
+			// poll readable forever.
+			return n, true, errEOF
+		case rerr == nil:
+			q.receive(buf[:m])
+			n++
+		case errors.Is(rerr, unix.EAGAIN):
+			return n, false, nil
+		case errors.Is(rerr, unix.EINTR):
+		default:
+			// EBADFD once the device is deleted (EIO and ENXIO on older
+			// kernels): every further read would fail the same way, and
+			// the poller would report the descriptor ready forever.
+			q.rxErrors.Add(1)
+			return n, true, os.NewSyscallError("read", rerr)
+		}
+	}
+	return n, true, nil
+}
+
+// busyPoll runs one non-blocking receive round for a busy-polling reader,
+// unless another goroutine is receiving, and returns the packets read. A
+// failure is left to the receive goroutine, which it wakes.
+func (q *queue) busyPoll() int {
+	if !q.gate.Owner.TryLock() {
+		return 0
+	}
+	defer q.gate.Owner.Unlock()
+	if q.pollRound == nil {
+		q.pollRound = func(fd uintptr) { q.pollN, _, q.pollErr = q.roundLocked(fd) }
+	}
+	if q.rc.Control(q.pollRound) != nil {
+		return 0 // closed
+	}
+	n, err := q.pollN, q.pollErr
+	if n > 0 {
+		q.rxRounds.Add(1)
+		q.gate.CountPolled()
+	}
+	if err != nil {
+		q.gate.Force()
+	}
+	return n
+}
+
+// receive handles one frame read from the queue: the virtio-net header (if
+// on) and the IP packet, in the queue's landing buffer b, which is reused as
+// soon as receive returns. It checks the header and the checksums, splits a
+// UDP super-packet, and delivers.
+func (q *queue) receive(b []byte) {
+	if len(b) >= rxBufSize {
+		// The packet filled the buffer: it was larger and got cut.
+		q.rxErrors.Add(1)
+		return
+	}
+	if !q.e.offloads.VNetHeader {
+		q.deliver(b)
+		return
+	}
+	h, err := vnet.Decode(b)
+	if err != nil {
+		q.rxErrors.Add(1)
+		return
+	}
+	ip := b[vnet.HeaderSize:]
+	if h.Check(len(ip)) != nil {
+		q.rxErrors.Add(1)
+		return
+	}
+	switch vnet.Inspect(h, ip) {
+	case vnet.Bad:
+		q.rxBadChecksum.Add(1)
+		return
+	case vnet.Malformed:
+		q.rxMalformed.Add(1)
+		return
+	}
+	switch h.GSOType &^ vnet.GSOECN {
+	case vnet.GSOUDPL4:
+		if _, err := splitUSO(h, ip, q.usoBuf(), q.countUSO, q.deliver); err != nil {
+			q.rxErrors.Add(1)
+		}
+		return
+	case vnet.GSOTCPv4, vnet.GSOTCPv6:
+		// gVisor takes a TCP segment of any size: deliver it whole, as
+		// Linux's own stack takes a GRO packet.
+		q.e.rxSuper.Add(1)
+	}
+	q.deliver(ip)
+}
+
+// countUSO counts a UDP super-packet about to be split into n datagrams.
+func (q *queue) countUSO(n int) {
+	q.e.rxUSO.Add(1)
+	q.e.rxUSODatagrams.Add(uint64(n))
+}
+
+// deliver copies the IP packet ip once into a right-sized pooled view and
+// hands it to the attached dispatcher. ip is the caller's and may be
+// reused as soon as deliver returns.
+func (q *queue) deliver(ip []byte) {
+	var proto tcpip.NetworkProtocolNumber
+	switch header.IPVersion(ip) {
+	case header.IPv4Version:
+		proto = header.IPv4ProtocolNumber
+	case header.IPv6Version:
+		proto = header.IPv6ProtocolNumber
+	default:
+		q.rxMalformed.Add(1)
+		return
+	}
+	d := q.e.Dispatcher()
+	if d == nil {
+		q.rxDetached.Add(1)
+		return
+	}
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{
+		Payload: buffer.MakeWithView(buffer.NewViewWithData(ip)),
+	})
+	q.rxPackets.Add(1)
+	q.rxBytes.Add(uint64(len(ip)))
+	d.DeliverNetworkPacket(proto, pkt)
+	pkt.DecRef()
+}
