@@ -40,7 +40,6 @@ func TestBadFlagsExit2WithChoices(t *testing.T) {
 		{[]string{"bench", "-count", "-1"}, "-count"},
 		{[]string{"bench", "-mem-tx-cost", "slow"}, "CALL,PACKET"},
 		{[]string{"bench", "-impair", "loss=200%"}, "loss"},
-		{[]string{"bench", "-impair", "corrupt=1%"}, "checksum offload off"},
 		{[]string{"bench", "-mtu", "100"}, "-mtu"},
 		{[]string{"bench", "-json", "-csv"}, "choose one"},
 		{[]string{"bench", "extra"}, "unexpected argument"},
