@@ -67,7 +67,11 @@ func TestEndpointInjectAndClose(t *testing.T) {
 	got := s.Wait(t, 1)
 	require.Equal(t, []byte{0x45, 1}, got[0].Data)
 	require.Equal(t, header.IPv4ProtocolNumber, got[0].Proto)
+	held := s.Held()
+	require.Len(t, held, 1)
+	require.Equal(t, []byte{0x45, 1}, held[0].Data().AsRange().ToSlice())
 	require.Equal(t, 1, s.Release())
+	require.Empty(t, s.Held())
 
 	closes := 0
 	e.SetOnCloseAction(func() { closes++ })

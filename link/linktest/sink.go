@@ -127,6 +127,15 @@ func (s *Sink) Wait(tb testing.TB, n int) []Packet {
 	}
 }
 
+// Held returns the packets Hold kept, in delivery order. The Sink keeps
+// its references until Release: a test reads them late to check that a
+// link did not reuse their memory while the stack held them.
+func (s *Sink) Held() []*stack.PacketBuffer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*stack.PacketBuffer(nil), s.held...)
+}
+
 // Release drops the references Hold kept and returns how many there were.
 func (s *Sink) Release() int {
 	s.mu.Lock()
