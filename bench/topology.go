@@ -94,8 +94,7 @@ func ustackHost(c Config, ep gstack.LinkEndpoint, addr netip.Prefix) (*stack.Sta
 // memTopology is two ustack hosts in this process over a mem pair, each
 // NIC with the cell's qdisc, so that data and ACKs both go through one.
 // With impairments, each host's endpoint is wrapped to impair what it
-// receives, so each direction of the wire has its faults (the client's
-// from Seed+1, so the two directions do not draw the same sequence).
+// receives (impair.OnReceive), so each direction of the wire has them.
 func memTopology(c Config) (*topology, error) {
 	a, b, err := mem.Pair(c.Mem)
 	if err != nil {
@@ -104,15 +103,13 @@ func memTopology(c Config) (*topology, error) {
 	var ca, sb gstack.LinkEndpoint = a, b
 	var faults *impair.Endpoint // the server's: client-to-server faults
 	if c.Impair.Active() {
-		serverIm, clientIm := c.Impair, c.Impair
-		clientIm.Seed++
-		wa, err := impair.Wrap(a, impair.Options{RX: clientIm})
+		wa, err := impair.Wrap(a, impair.OnReceive(c.Impair, 1))
 		if err != nil {
 			a.Close()
 			b.Close()
 			return nil, err
 		}
-		if faults, err = impair.Wrap(b, impair.Options{RX: serverIm}); err != nil {
+		if faults, err = impair.Wrap(b, impair.OnReceive(c.Impair, 0)); err != nil {
 			wa.Close()
 			b.Close()
 			return nil, err

@@ -48,6 +48,16 @@ type Options struct {
 	TX link.Impairments
 }
 
+// OnReceive returns the Options that impair what one end of a two-ended
+// link (a mem pair, say) receives, so that wrapping both ends gives each
+// direction of the wire im's faults, as netem on both ends of a veth does.
+// End 0 draws from im.Seed and end 1 from im.Seed+1, so the two directions
+// do not draw the same sequence.
+func OnReceive(im link.Impairments, end int) Options {
+	im.Seed += uint64(end)
+	return Options{RX: im}
+}
+
 // Counts are what the wrapper did, per direction.
 type Counts struct {
 	// Lost counts packets dropped on purpose; CorruptDropped those that

@@ -546,3 +546,13 @@ func TestBusyPollThroughWrapper(t *testing.T) {
 	got := s.Wait(t, 2*written)
 	require.Len(t, got, 2*written, "every packet, polled or not, went through the wrapper's faults")
 }
+
+func TestOnReceive(t *testing.T) {
+	im := link.Impairments{Loss: 0.1, Delay: time.Millisecond, Seed: 7}
+	end0, end1 := impair.OnReceive(im, 0), impair.OnReceive(im, 1)
+	require.Equal(t, im, end0.RX)
+	require.False(t, end0.TX.Active(), "the other end impairs the other direction on its receive")
+	want := im
+	want.Seed = 8
+	require.Equal(t, want, end1.RX, "the other direction draws another sequence")
+}

@@ -43,17 +43,17 @@ type Options struct {
 }
 
 // Impaired returns a WrapLink that wraps each host's endpoint with package
-// impair, impairing what it receives, so that each direction of the wire
-// has im's faults: B's from im.Seed, A's from im.Seed+1, so the two
-// directions do not draw the same sequence. The wrappers' counters are in
-// Pair.NICA and NICB (they implement link.Reporter).
+// impair, impairing what it receives (impair.OnReceive: B is end 0, A end
+// 1), so that each direction of the wire has im's faults. The wrappers'
+// counters are in Pair.NICA and NICB (they implement link.Reporter), or
+// Pair.LinkStats.
 func Impaired(im link.Impairments) func(string, gstack.LinkEndpoint) (gstack.LinkEndpoint, error) {
 	return func(side string, ep gstack.LinkEndpoint) (gstack.LinkEndpoint, error) {
-		rx := im
+		end := 0
 		if side == "a" {
-			rx.Seed++
+			end = 1
 		}
-		w, err := impair.Wrap(ep, impair.Options{RX: rx})
+		w, err := impair.Wrap(ep, impair.OnReceive(im, end))
 		if err != nil {
 			ep.Close()
 			return nil, err
