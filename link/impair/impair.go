@@ -58,6 +58,16 @@ func OnReceive(im link.Impairments, end int) Options {
 	return Options{RX: im}
 }
 
+// BothWays returns the Options that impair both directions at one
+// endpoint (a device whose far end is the kernel's): im on what it
+// receives, and im without corruption, which applies to received packets
+// only, on what it sends. The directions draw different sequences.
+func BothWays(im link.Impairments) Options {
+	tx := im
+	tx.Corrupt = 0
+	return Options{RX: im, TX: tx}
+}
+
 // Counts are what the wrapper did, per direction.
 type Counts struct {
 	// Lost counts packets dropped on purpose; CorruptDropped those that

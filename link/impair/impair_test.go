@@ -547,6 +547,18 @@ func TestBusyPollThroughWrapper(t *testing.T) {
 	require.Len(t, got, 2*written, "every packet, polled or not, went through the wrapper's faults")
 }
 
+func TestBothWays(t *testing.T) {
+	im := link.Impairments{Loss: 0.1, Corrupt: 0.01, Seed: 7}
+	o := impair.BothWays(im)
+	require.Equal(t, im, o.RX)
+	require.Zero(t, o.TX.Corrupt, "corruption applies to received packets only")
+	require.Equal(t, im.Loss, o.TX.Loss)
+	lower := linktest.NewEndpoint(nil)
+	w, err := impair.Wrap(lower, o)
+	require.NoError(t, err, "Wrap takes what BothWays gives")
+	w.Close()
+}
+
 func TestOnReceive(t *testing.T) {
 	im := link.Impairments{Loss: 0.1, Delay: time.Millisecond, Seed: 7}
 	end0, end1 := impair.OnReceive(im, 0), impair.OnReceive(im, 1)
