@@ -159,6 +159,7 @@ func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 // sched.WritableNotifier, link.Reporter, stack.GSOEndpoint, CacheStats and
 // Err. Each returns the value in the matching field and counts its calls
 // (Calls), so a test can check that a wrapper passes each one through.
+// Set the fields before use; it is then safe for concurrent use.
 type Featured struct {
 	*Endpoint
 	// Stats, Cache, GSOMax, GSO, Error and PollRound are what LinkStats,
