@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ustack-dev/ustack/internal/leakcheck"
+	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/mem"
 	"github.com/ustack-dev/ustack/sched"
 )
@@ -84,9 +85,7 @@ func TestEveryTestAccounts(t *testing.T) {
 func TestLossIsMeasured(t *testing.T) {
 	c := cfg(UDPStream, sched.None, 1)
 	c.Duration = 200 * time.Millisecond
-	mo := mem.DefaultOptions()
-	mo.Impair = mem.Impairments{Loss: 0.2, Seed: 5}
-	c.Mem = &mo
+	c.Impair = link.Impairments{Loss: 0.2, Seed: 5}
 	r, err := Run(context.Background(), c)
 	require.NoError(t, err)
 	// 20% injected; a few thousand datagrams make the estimate tight. The

@@ -85,8 +85,9 @@ type Config struct {
 	Reverse bool
 	// MTU of a device link (veth, tun, kveth); 0 means 1500.
 	MTU int
-	// Impair injects faults on ustack's device endpoint (veth, tun); the
-	// mem link takes its own in Mem.
+	// Impair injects faults (package impair): on a device link (veth,
+	// tun) around ustack's device endpoint, both directions; on mem around
+	// each host's endpoint, on what it receives.
 	Impair link.Impairments
 	// AFPacket and Tun tune the device endpoints; nil means defaults.
 	AFPacket *afpacket.Options

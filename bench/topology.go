@@ -9,6 +9,7 @@ import (
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/link/impair"
 	"github.com/ustack-dev/ustack/link/mem"
 	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
@@ -92,19 +93,37 @@ func ustackHost(c Config, ep gstack.LinkEndpoint, addr netip.Prefix) (*stack.Sta
 
 // memTopology is two ustack hosts in this process over a mem pair, each
 // NIC with the cell's qdisc, so that data and ACKs both go through one.
+// With impairments, each host's endpoint is wrapped to impair what it
+// receives (impair.OnReceive), so each direction of the wire has them.
 func memTopology(c Config) (*topology, error) {
 	a, b, err := mem.Pair(c.Mem)
 	if err != nil {
 		return nil, err
 	}
+	var ca, sb gstack.LinkEndpoint = a, b
+	var faults *impair.Endpoint // the server's: client-to-server faults
+	if c.Impair.Active() {
+		wa, err := impair.Wrap(a, impair.OnReceive(c.Impair, 1))
+		if err != nil {
+			a.Close()
+			b.Close()
+			return nil, err
+		}
+		if faults, err = impair.Wrap(b, impair.OnReceive(c.Impair, 0)); err != nil {
+			wa.Close()
+			b.Close()
+			return nil, err
+		}
+		ca, sb = wa, faults
+	}
 	t := &topology{serverAddr: memServer}
-	cs, cid, err := ustackHost(c, a, netip.PrefixFrom(memClient, 24))
+	cs, cid, err := ustackHost(c, ca, netip.PrefixFrom(memClient, 24))
 	if err != nil {
-		b.Close()
+		sb.Close()
 		return nil, err
 	}
 	t.closers = append(t.closers, func() { cs.Close() })
-	ss, sid, err := ustackHost(c, b, netip.PrefixFrom(memServer, 24))
+	ss, sid, err := ustackHost(c, sb, netip.PrefixFrom(memServer, 24))
 	if err != nil {
 		t.close()
 		return nil, err
@@ -113,7 +132,19 @@ func memTopology(c Config) (*topology, error) {
 	t.client, t.server = cs, ss
 	t.clientTX = func() uint64 { return a.LinkStats().TXPackets }
 	t.serverRX = func() uint64 { return b.LinkStats().RXPackets }
-	t.wireLost = func() uint64 { return b.LinkStats().ImpairLost }
+	t.wireLost = func() uint64 { return 0 }
+	if faults != nil {
+		// The wire is the mem ring plus the wrapper: what reached the
+		// server's stack is what the ring delivered, less what the
+		// wrapper lost or dropped, plus its duplicates. The wrapper's
+		// counts are read first: the ring counts a packet before the
+		// wrapper sees it, so the difference never goes below zero.
+		t.serverRX = func() uint64 {
+			rx, _ := faults.Counts()
+			return b.LinkStats().RXPackets + rx.Duplicated - rx.Lost - rx.CorruptDropped - rx.Dropped.Total()
+		}
+		t.wireLost = func() uint64 { return faults.LinkStats().ImpairLost }
+	}
 	t.qdiscs = func() (*sched.Stats, *sched.Stats) { return qdiscOf(cs, cid), qdiscOf(ss, sid) }
 	t.polls = func() (*poll.Stats, *poll.Stats) { return pollOf(cs), pollOf(ss) }
 	return t, nil

@@ -207,9 +207,7 @@ func deviceTopology(c Config) (*topology, error) {
 		return nil, fmt.Errorf("unknown link %q: valid links are %s", c.Link, strings.Join(Links(), ", "))
 	}
 	if c.Impair.Active() {
-		tx := c.Impair
-		tx.Corrupt = 0
-		w, err := impair.Wrap(ep, impair.Options{RX: c.Impair, TX: tx})
+		w, err := impair.Wrap(ep, impair.BothWays(c.Impair))
 		if err != nil {
 			ep.Close()
 			return nil, err

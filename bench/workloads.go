@@ -483,7 +483,7 @@ func (u *udpRR) start(r *cell) error {
 	// Faults can lose a request or its answer, and so can a kernel (a full
 	// socket buffer); only two ustack hosts in memory without faults lose
 	// nothing, and there a session waits as netperf's does.
-	u.timeouts = r.c.Link != "mem" || (r.c.Mem != nil && r.c.Mem.Impair.Active())
+	u.timeouts = r.c.Link != "mem" || r.c.Impair.Active()
 	var err error
 	if u.clients, u.servers, err = udpPairs(r, r.c.Senders); err != nil {
 		return err
@@ -522,9 +522,6 @@ func (u *udpRR) client(c net.Conn, res *rrResult) {
 	req, resp := make([]byte, u.r.size), make([]byte, 65536)
 	var seq byte
 	est := rto{initial: rrMinTimeout + 2*(u.r.c.Impair.Delay+u.r.c.Impair.Jitter)}
-	if m := u.r.c.Mem; m != nil {
-		est.initial += 2 * (m.Impair.Delay + m.Impair.Jitter)
-	}
 	for {
 		ph := u.r.phase.Load()
 		if ph == phaseStop {

@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// Impairments are faults a link injects: the mem pair on its wire, the
-// impair wrapper around any endpoint. Probabilities are fractions from 0 to
-// 1. The random sequence is seeded, so
-// a run with the same traffic sees the same faults.
+// Impairments are the faults package impair injects around any link
+// endpoint (ustack's one fault injector). Probabilities are fractions from
+// 0 to 1. The random sequence is seeded, so a run with the same traffic
+// sees the same faults.
 type Impairments struct {
 	// Loss drops a packet.
 	Loss float64
@@ -18,12 +18,15 @@ type Impairments struct {
 	Duplicate float64
 	// Reorder holds a packet back and delivers it after the next one.
 	Reorder float64
-	// Corrupt flips one bit of a packet. It needs checksum offload off.
+	// Corrupt flips one bit of a received packet. Over a link that claims
+	// RX checksum offload nobody would catch it, so the packet is dropped
+	// instead, as a NIC drops a frame whose FCS fails.
 	Corrupt float64
 	// Delay holds every packet for this long before delivery.
 	Delay time.Duration
 	// Jitter adds a uniformly random extra delay up to this long. Packets
-	// still leave in order: jitter alone never reorders.
+	// still leave in order: jitter alone never reorders (a packet is held
+	// until the one delayed before it has left).
 	Jitter time.Duration
 	// Seed seeds the fault sequence; the two directions derive different
 	// sequences from it.

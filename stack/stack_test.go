@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/nettest"
 
+	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/mem"
 	"github.com/ustack-dev/ustack/sched"
 	"github.com/ustack-dev/ustack/stack"
@@ -108,11 +109,10 @@ func fastRTO() *stack.Options {
 func TestTCPTransferImpaired(t *testing.T) {
 	for _, f := range families {
 		t.Run(f.name, func(t *testing.T) {
-			mo := mem.DefaultOptions()
-			mo.Impair = mem.Impairments{Loss: 0.05, Reorder: 0.02, Duplicate: 0.02, Seed: 7}
-			p := stacktest.New(t, &stacktest.Options{Mem: &mo, Stack: fastRTO()})
+			im := link.Impairments{Loss: 0.05, Reorder: 0.02, Duplicate: 0.02, Seed: 7}
+			p := stacktest.New(t, &stacktest.Options{WrapLink: stacktest.Impaired(im), Stack: fastRTO()})
 			transferBothWays(t, p, f.server, impairedSize)
-			la, lb := p.LinkA.LinkStats(), p.LinkB.LinkStats()
+			la, lb := p.LinkStats()
 			require.NotZero(t, la.ImpairLost+lb.ImpairLost, "loss was injected")
 			require.NotZero(t, la.ImpairReordered+lb.ImpairReordered, "reordering was injected")
 			require.NotZero(t, la.ImpairDuplicated+lb.ImpairDuplicated, "duplication was injected")
@@ -128,10 +128,10 @@ func TestTCPTransferFaultsEveryQdisc(t *testing.T) {
 		t.Run(q, func(t *testing.T) {
 			mo := mem.DefaultOptions()
 			mo.ChecksumOffload = false
-			mo.Impair = mem.Impairments{Loss: 0.02, Reorder: 0.01, Duplicate: 0.01, Corrupt: 0.02, Seed: 11}
-			p := stacktest.New(t, &stacktest.Options{Mem: &mo, Qdisc: q, Stack: fastRTO()})
+			im := link.Impairments{Loss: 0.02, Reorder: 0.01, Duplicate: 0.01, Corrupt: 0.02, Seed: 11}
+			p := stacktest.New(t, &stacktest.Options{Mem: &mo, WrapLink: stacktest.Impaired(im), Qdisc: q, Stack: fastRTO()})
 			transferBothWays(t, p, stacktest.B4, impairedSize/4)
-			la, lb := p.LinkA.LinkStats(), p.LinkB.LinkStats()
+			la, lb := p.LinkStats()
 			require.NotZero(t, la.ImpairLost+lb.ImpairLost)
 			require.NotZero(t, la.ImpairCorrupted+lb.ImpairCorrupted)
 		})
@@ -143,10 +143,10 @@ func TestTCPTransferFaultsEveryQdisc(t *testing.T) {
 func TestTCPTransferCorrupted(t *testing.T) {
 	mo := mem.DefaultOptions()
 	mo.ChecksumOffload = false
-	mo.Impair = mem.Impairments{Corrupt: 0.01, Seed: 3}
-	p := stacktest.New(t, &stacktest.Options{Mem: &mo, Stack: fastRTO()})
+	im := link.Impairments{Corrupt: 0.01, Seed: 3}
+	p := stacktest.New(t, &stacktest.Options{Mem: &mo, WrapLink: stacktest.Impaired(im), Stack: fastRTO()})
 	transferBothWays(t, p, stacktest.B4, impairedSize)
-	la, lb := p.LinkA.LinkStats(), p.LinkB.LinkStats()
+	la, lb := p.LinkStats()
 	require.NotZero(t, la.ImpairCorrupted+lb.ImpairCorrupted)
 }
 

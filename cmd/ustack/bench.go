@@ -52,7 +52,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		txBatch  = fs.Int("tx-batch", 0, "veth: packets per sendmmsg (1: one syscall per packet; 0: the default batch)")
 		queues   = fs.Int("queues", 1, "veth, tun: device queues (PACKET_FANOUT sockets, TUN queues)")
 		gso      = fs.Bool("mem-gso", false, "mem link: carry TCP super-segments whole (TSO/GRO)")
-		csum     = fs.Bool("mem-csum-offload", true, "mem link: checksum offload (must be false with corrupt=)")
+		csum     = fs.Bool("mem-csum-offload", true, "mem link: checksum offload (with it on, -impair corrupt= drops the packets it would corrupt: no stack would verify them)")
 		ring     = fs.Int("mem-ring", mem.DefaultRingSize, "mem link: ring size per direction, in packets")
 		batch    = fs.Int("mem-batch", mem.DefaultBatchSize, "mem link: packets delivered per receive round")
 		asJSON   = fs.Bool("json", false, "write results as JSON")
@@ -132,9 +132,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return p, usageError{fmt.Errorf("-impair: %w", err)}
 		}
-		// Faults and MTU go to whichever links the plan has: mem takes
-		// them in its own options, the devices in the plan's.
-		mo.Impair = im
+		// Faults go to every link of the plan, through package impair;
+		// the MTU to the devices here and to mem in its own options.
 		p.Impair, p.MTU = im, *mtu
 		if *txBatch < 0 || *queues < 1 {
 			return p, usageError{fmt.Errorf("-tx-batch %d, -queues %d: must be at least 0 and 1", *txBatch, *queues)}

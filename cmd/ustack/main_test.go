@@ -41,7 +41,6 @@ func TestBadFlagsExit2WithChoices(t *testing.T) {
 		{[]string{"bench", "-count", "-1"}, "-count"},
 		{[]string{"bench", "-mem-tx-cost", "slow"}, "CALL,PACKET"},
 		{[]string{"bench", "-impair", "loss=200%"}, "loss"},
-		{[]string{"bench", "-impair", "corrupt=1%"}, "checksum offload off"},
 		{[]string{"bench", "-mtu", "100"}, "-mtu 100: must be from 1280 to 65520"},
 		{[]string{"bench", "-mtu", "-1"}, "-mtu -1: must be from 1280 to 65520"},
 		{[]string{"bench", "-json", "-csv"}, "choose one"},

@@ -1,14 +1,3 @@
-// Package impair wraps any link endpoint and injects faults, seeded so that
-// a run can be repeated: loss, duplication, reordering, corruption and
-// delay on what the endpoint receives, and loss, duplication, reordering
-// and delay on what it sends. This kernel has no netem; fault injection
-// lives in our own link layer.
-//
-// Corruption applies to received packets only: it flips one bit of a
-// private copy. If the wrapped endpoint tells the stack that checksums were
-// verified (RX checksum offload), nobody would catch the flipped bit, so the
-// wrapper drops the packet instead, as a NIC drops a frame whose FCS fails,
-// and counts it.
 package impair
 
 import (
@@ -22,9 +11,35 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/ustack-dev/ustack/cache"
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/internal/linkutil"
+	"github.com/ustack-dev/ustack/poll"
+	"github.com/ustack-dev/ustack/sched"
 )
+
+var (
+	_ stack.LinkEndpoint     = (*Endpoint)(nil)
+	_ stack.GSOEndpoint      = (*Endpoint)(nil)
+	_ link.Reporter          = (*Endpoint)(nil)
+	_ poll.Source            = (*Endpoint)(nil)
+	_ sched.WritableNotifier = (*Endpoint)(nil)
+	_ cacheReporter          = (*Endpoint)(nil)
+	_ errReporter            = (*Endpoint)(nil)
+)
+
+// cacheReporter is implemented by endpoints with buffer caches (afpacket,
+// tun); the wrapper passes it through.
+type cacheReporter interface{ CacheStats() cache.Stats }
+
+// errReporter is implemented by endpoints that can fail for good (the
+// device went away); the wrapper passes it through.
+type errReporter interface{ Err() error }
+
+// DelayLimit is the most packets the delay line holds, both directions
+// together: netem's default limit (1000 packets). A packet delayed beyond
+// it is dropped and counted in Drops.Limit, as netem drops past its limit.
+const DelayLimit = 1000
 
 // Options says what to inject in each direction.
 type Options struct {
@@ -34,55 +49,130 @@ type Options struct {
 	TX link.Impairments
 }
 
-// Counts are what the wrapper did, per direction.
-type Counts struct {
-	Lost, Duplicated, Reordered, Corrupted, CorruptDropped, Delayed uint64
+// OnReceive returns the Options that impair what one end of a two-ended
+// link (a mem pair, say) receives, so that wrapping both ends gives each
+// direction of the wire im's faults, as netem on both ends of a veth does.
+// End 0 draws from im.Seed and end 1 from im.Seed+1, so the two directions
+// do not draw the same sequence.
+func OnReceive(im link.Impairments, end int) Options {
+	im.Seed += uint64(end)
+	return Options{RX: im}
 }
 
+// BothWays returns the Options that impair both directions at one
+// endpoint (a device whose far end is the kernel's): im on what it
+// receives, and im without corruption, which applies to received packets
+// only, on what it sends. The directions draw different sequences.
+func BothWays(im link.Impairments) Options {
+	tx := im
+	tx.Corrupt = 0
+	return Options{RX: im, TX: tx}
+}
+
+// Counts are what the wrapper did, per direction.
+type Counts struct {
+	// Lost counts packets dropped on purpose; CorruptDropped those that
+	// were to be corrupted on a link whose stack verifies no checksums.
+	Lost, CorruptDropped uint64
+	// Duplicated, Reordered, Corrupted and Delayed count packets the
+	// wrapper still delivered (or wrote), twice, late, damaged or late.
+	Duplicated, Reordered, Corrupted, Delayed uint64
+	// Dropped counts packets the wrapper took and then could hand to
+	// nobody, by reason. These are not faults it meant to inject.
+	Dropped Drops
+}
+
+// Drops are packets the wrapper took but could not deliver or write, by
+// reason. Every one of them is also in the wrapper's link.Stats (see
+// Endpoint.LinkStats).
+type Drops struct {
+	// Full counts delayed sent packets the wrapped endpoint refused for
+	// lack of room when they fell due: no writer is left to retry them.
+	Full uint64
+	// Closed counts delayed sent packets the wrapped endpoint refused as
+	// closed, and packets of either direction the wrapper still held
+	// (delayed, or held back for reordering) when it was closed.
+	Closed uint64
+	// Failed counts delayed sent packets the wrapped endpoint failed with
+	// any other error.
+	Failed uint64
+	// Detached counts received packets that found no stack attached when
+	// they were to be delivered.
+	Detached uint64
+	// Limit counts packets dropped because the delay line held DelayLimit
+	// packets already.
+	Limit uint64
+}
+
+// Total returns how many packets were dropped, all reasons together.
+func (d Drops) Total() uint64 { return d.Full + d.Closed + d.Failed + d.Detached + d.Limit }
+
 // Endpoint is an impairing wrapper around a link endpoint. It is safe for
-// concurrent use; its delay goroutine starts with it and is joined by
-// Close. Optional interfaces of the wrapped endpoint (GSO, link counters,
-// writability signals) are passed through.
+// concurrent use; its delay goroutine starts in Wrap and is joined by
+// Close.
+//
+// It is transparent (STYLE rule 17): it implements every optional
+// interface ustack or gVisor finds on a link endpoint by type assertion and
+// passes each through to the wrapped endpoint: link.Reporter (with the
+// impairment counters added), stack.GSOEndpoint, poll.Source,
+// sched.WritableNotifier, CacheStats and Err. Where the wrapped endpoint
+// lacks one, the method reports what such an endpoint would: no GSO, no
+// busy-poll rounds, zero cache counters, no error; and writability is
+// signalled from a timer, sched.DefaultRetryInterval after a refused
+// write, so a qdisc never waits for a signal that cannot come.
 type Endpoint struct {
 	stack.LinkEndpoint
 	opts Options
 
-	rxMu, txMu  sync.Mutex // guard the random sources and held packets
+	// lower's optional interfaces, found once in Wrap.
+	source   poll.Source
+	notifier sched.WritableNotifier
+	caches   cacheReporter
+	errs     errReporter
+	reporter link.Reporter
+	gso      stack.GSOEndpoint
+
+	rxMu, txMu  sync.Mutex // guard the random sources, held packets and due times
 	rxRand      *rand.Rand
 	txRand      *rand.Rand
 	rxHeld      *stack.PacketBuffer // a received packet held for reordering
 	rxHeldProto tcpip.NetworkProtocolNumber
 	txHeld      *stack.PacketBuffer // a sent packet held for reordering
-	rxOffload   bool
-	delays      *delayLine
-	rx, tx      counts
-	life        linkutil.Lifecycle
+	// rxLastDue and txLastDue are the latest due time handed to the delay
+	// line in each direction: a later packet is never due earlier, so
+	// jitter never reorders.
+	rxLastDue, txLastDue time.Time
+	rxOffload            bool
+	delays               *delayLine
+	rx, tx               counts
+
+	// writable is the qdisc's callback when lower cannot signal; retry
+	// calls it after a refused write. Both are nil otherwise.
+	writableMu sync.Mutex
+	writable   func()
+	retry      *time.Timer
+
+	life linkutil.Lifecycle
 }
 
 type counts struct {
 	lost, duplicated, reordered, corrupted, corruptDropped, delayed atomic.Uint64
+	full, closed, failed, detached, limit                           atomic.Uint64
 }
 
 func (c *counts) snapshot() Counts {
-	return Counts{c.lost.Load(), c.duplicated.Load(), c.reordered.Load(), c.corrupted.Load(), c.corruptDropped.Load(), c.delayed.Load()}
+	return Counts{
+		Lost: c.lost.Load(), CorruptDropped: c.corruptDropped.Load(),
+		Duplicated: c.duplicated.Load(), Reordered: c.reordered.Load(), Corrupted: c.corrupted.Load(), Delayed: c.delayed.Load(),
+		Dropped: Drops{Full: c.full.Load(), Closed: c.closed.Load(), Failed: c.failed.Load(), Detached: c.detached.Load(), Limit: c.limit.Load()},
+	}
 }
-
-// notifying is an Endpoint over a link that signals writability; it
-// passes NotifyWritable through. Wrap returns it only for such links, so
-// that a qdisc never waits for a signal the link cannot give.
-type notifying struct {
-	*Endpoint
-	n interface{ NotifyWritable(func()) }
-}
-
-// NotifyWritable passes the qdisc's callback to the wrapped link.
-func (n *notifying) NotifyWritable(f func()) { n.n.NotifyWritable(f) }
 
 // Wrap returns lower wrapped with the given impairments. The wrapper owns
 // lower: closing the wrapper closes it.
-func Wrap(lower stack.LinkEndpoint, opts Options) (stack.LinkEndpoint, error) {
+func Wrap(lower stack.LinkEndpoint, opts Options) (*Endpoint, error) {
 	if lower == nil {
-		return nil, errors.New("impair: nil link endpoint")
+		return nil, errors.New("impair: nil link endpoint: open the link before wrapping it")
 	}
 	if err := opts.RX.Validate(); err != nil {
 		return nil, err
@@ -100,10 +190,13 @@ func Wrap(lower stack.LinkEndpoint, opts Options) (stack.LinkEndpoint, error) {
 		txRand:       rand.New(rand.NewPCG(opts.TX.Seed, 2)),
 		rxOffload:    lower.Capabilities()&stack.CapabilityRXChecksumOffload != 0,
 	}
+	e.source, _ = lower.(poll.Source)
+	e.notifier, _ = lower.(sched.WritableNotifier)
+	e.caches, _ = lower.(cacheReporter)
+	e.errs, _ = lower.(errReporter)
+	e.reporter, _ = lower.(link.Reporter)
+	e.gso, _ = lower.(stack.GSOEndpoint)
 	e.delays = newDelayLine(e)
-	if n, ok := lower.(interface{ NotifyWritable(func()) }); ok {
-		return &notifying{Endpoint: e, n: n}, nil
-	}
 	return e, nil
 }
 
@@ -111,37 +204,141 @@ func Wrap(lower stack.LinkEndpoint, opts Options) (stack.LinkEndpoint, error) {
 func (e *Endpoint) Counts() (rx, tx Counts) { return e.rx.snapshot(), e.tx.snapshot() }
 
 // LinkStats implements link.Reporter: the wrapped endpoint's counters, if
-// it keeps them, with the impairment counters filled in (both directions
-// added together).
+// it keeps them (so RXPackets counts what it handed the wrapper), with the
+// impairment counters of both directions added together, and the packets
+// the wrapper dropped (Counts.Dropped) added where they belong: delayed
+// sent packets refused as full or failed to TXErrors (the wrapped endpoint
+// may also count a refusal in TXFull: it refused them to the wrapper, and
+// nobody was left to retry them), refused as closed to TXClosed; received
+// ones that found no stack to RXDetached; and those still held at Close to
+// RXClosed or TXClosed. Delay-limit drops count as ImpairLost.
 func (e *Endpoint) LinkStats() link.Stats {
 	var s link.Stats
-	if r, ok := e.LinkEndpoint.(link.Reporter); ok {
-		s = r.LinkStats()
+	if e.reporter != nil {
+		s = e.reporter.LinkStats()
 	}
 	rx, tx := e.Counts()
-	s.ImpairLost += rx.Lost + tx.Lost + rx.CorruptDropped
+	s.ImpairLost += rx.Lost + tx.Lost + rx.CorruptDropped + rx.Dropped.Limit + tx.Dropped.Limit
 	s.ImpairDuplicated += rx.Duplicated + tx.Duplicated
 	s.ImpairReordered += rx.Reordered + tx.Reordered
 	s.ImpairCorrupted += rx.Corrupted + rx.CorruptDropped
 	s.ImpairDelayed += rx.Delayed + tx.Delayed
+	s.TXErrors += tx.Dropped.Full + tx.Dropped.Failed
+	s.TXClosed += tx.Dropped.Closed
+	s.RXDetached += rx.Dropped.Detached
+	s.RXClosed += rx.Dropped.Closed
 	return s
 }
 
-// GSOMaxSize passes through the wrapped endpoint's GSO limit.
+// GSOMaxSize implements stack.GSOEndpoint: the wrapped endpoint's limit.
 func (e *Endpoint) GSOMaxSize() uint32 {
-	if g, ok := e.LinkEndpoint.(stack.GSOEndpoint); ok {
-		return g.GSOMaxSize()
+	if e.gso != nil {
+		return e.gso.GSOMaxSize()
 	}
 	return 0
 }
 
-// SupportedGSO passes through the wrapped endpoint's GSO support.
+// SupportedGSO implements stack.GSOEndpoint: the wrapped endpoint's GSO.
 func (e *Endpoint) SupportedGSO() stack.SupportedGSO {
-	if g, ok := e.LinkEndpoint.(stack.GSOEndpoint); ok {
-		return g.SupportedGSO()
+	if e.gso != nil {
+		return e.gso.SupportedGSO()
 	}
 	return stack.GSONotSupported
 }
+
+// BusyPollBegin implements poll.Source by passing the call through.
+func (e *Endpoint) BusyPollBegin() {
+	if e.source != nil {
+		e.source.BusyPollBegin()
+	}
+}
+
+// BusyPoll implements poll.Source: the wrapped endpoint's round delivers
+// to the wrapper, which applies the receive impairments as for any other
+// delivery. 0 if the wrapped endpoint cannot be polled.
+func (e *Endpoint) BusyPoll() int {
+	if e.source != nil {
+		return e.source.BusyPoll()
+	}
+	return 0
+}
+
+// BusyPollEnd implements poll.Source by passing the call through.
+func (e *Endpoint) BusyPollEnd() {
+	if e.source != nil {
+		e.source.BusyPollEnd()
+	}
+}
+
+// BusyPollWatchdog implements poll.Source by passing the call through.
+func (e *Endpoint) BusyPollWatchdog() bool {
+	if e.source != nil {
+		return e.source.BusyPollWatchdog()
+	}
+	return false
+}
+
+// NotifyWritable implements sched.WritableNotifier. The wrapped
+// endpoint's signal is passed through; if it has none, the wrapper calls
+// f from a timer sched.DefaultRetryInterval after each write it refused.
+func (e *Endpoint) NotifyWritable(f func()) {
+	if e.notifier != nil {
+		e.notifier.NotifyWritable(f)
+		return
+	}
+	e.writableMu.Lock()
+	e.writable = f
+	e.writableMu.Unlock()
+}
+
+// refused arms the writability timer after a refused write when the
+// wrapped endpoint cannot signal.
+func (e *Endpoint) refused() {
+	if e.notifier != nil {
+		return
+	}
+	e.writableMu.Lock()
+	defer e.writableMu.Unlock()
+	if e.writable == nil || e.life.Closed() {
+		return
+	}
+	if e.retry == nil {
+		e.retry = time.AfterFunc(sched.DefaultRetryInterval, e.signalWritable)
+	} else {
+		e.retry.Reset(sched.DefaultRetryInterval)
+	}
+}
+
+func (e *Endpoint) signalWritable() {
+	e.writableMu.Lock()
+	f := e.writable
+	e.writableMu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// CacheStats returns the wrapped endpoint's buffer cache counters, zero if
+// it keeps none.
+func (e *Endpoint) CacheStats() cache.Stats {
+	if e.caches != nil {
+		return e.caches.CacheStats()
+	}
+	return cache.Stats{}
+}
+
+// Err returns the wrapped endpoint's error (the device went away, say),
+// nil if it reports none.
+func (e *Endpoint) Err() error {
+	if e.errs != nil {
+		return e.errs.Err()
+	}
+	return nil
+}
+
+// Unwrap returns the wrapped endpoint, for its own methods (queue
+// counters, names). The wrapper still owns it.
+func (e *Endpoint) Unwrap() stack.LinkEndpoint { return e.LinkEndpoint }
 
 // Attach implements stack.LinkEndpoint: the wrapped endpoint delivers to
 // the wrapper, which delivers what survives to d.
@@ -164,24 +361,33 @@ func (e *Endpoint) upper() stack.NetworkDispatcher { return e.life.Dispatcher() 
 func (e *Endpoint) SetOnCloseAction(f func()) { e.life.SetOnCloseAction(f) }
 
 // Close runs the on-close action (which removes the NIC), closes the
-// wrapped endpoint, stops the delay goroutine and releases every packet
-// held back or delayed. Idempotent.
+// wrapped endpoint, stops the delay goroutine and the writability timer,
+// and releases every packet held back or delayed, counting them in
+// Drops.Closed. Idempotent.
 func (e *Endpoint) Close() {
 	if first, _ := e.life.BeginClose(); !first {
 		return
 	}
 	e.LinkEndpoint.Close()
 	e.delays.close()
+	e.writableMu.Lock()
+	if e.retry != nil {
+		e.retry.Stop()
+	}
+	e.writable = nil
+	e.writableMu.Unlock()
 	e.rxMu.Lock()
 	if e.rxHeld != nil {
 		e.rxHeld.DecRef()
 		e.rxHeld = nil
+		e.rx.closed.Add(1)
 	}
 	e.rxMu.Unlock()
 	e.txMu.Lock()
 	if e.txHeld != nil {
 		e.txHeld.DecRef()
 		e.txHeld = nil
+		e.tx.closed.Add(1)
 	}
 	e.txMu.Unlock()
 }
@@ -203,6 +409,7 @@ func (t rxTap) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stac
 	im := &e.opts.RX
 	d := e.upper()
 	if d == nil {
+		e.rx.detached.Add(1)
 		return
 	}
 	if !im.Active() {
@@ -221,54 +428,56 @@ func (t rxTap) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stac
 	}
 	bit := r.Uint64()
 	dup := !lose && im.Duplicate > 0 && r.Float64() < im.Duplicate
-	var hold, release *stack.PacketBuffer
+	var release *stack.PacketBuffer
 	var releaseProto tcpip.NetworkProtocolNumber
-	if !lose && im.Reorder > 0 && e.rxHeld == nil && r.Float64() < im.Reorder {
-		hold = e.copyOf(pkt, corrupt, bit)
-		e.rxHeld, e.rxHeldProto = hold, proto
-	} else if !lose && e.rxHeld != nil {
-		release, releaseProto = e.rxHeld, e.rxHeldProto
-		e.rxHeld = nil
-	}
-	var delay time.Duration
-	if im.Delay > 0 || im.Jitter > 0 {
-		delay = im.Delay
-		if im.Jitter > 0 {
-			delay += time.Duration(r.Int64N(int64(im.Jitter)))
-		}
-	}
-	e.rxMu.Unlock()
-
 	switch {
 	case lose:
+		e.rxMu.Unlock()
 		e.rx.lost.Add(1)
 		return
-	case hold != nil:
+	case im.Reorder > 0 && e.rxHeld == nil && r.Float64() < im.Reorder:
+		e.rxHeld, e.rxHeldProto = e.copyOf(pkt, corrupt, bit), proto
+		e.rxMu.Unlock()
 		e.rx.reordered.Add(1)
+		if corrupt {
+			e.rx.corrupted.Add(1)
+		}
 		return
+	case e.rxHeld != nil:
+		release, releaseProto = e.rxHeld, e.rxHeldProto
+		e.rxHeld = nil
 	}
 	copies := 1
 	if dup {
 		copies = 2
 		e.rx.duplicated.Add(1)
 	}
-	for range copies {
-		if corrupt || delay > 0 {
+	if im.Delay > 0 || im.Jitter > 0 {
+		// Everything goes through the delay line, even a packet whose
+		// draw came out at zero, and in order: the line keeps equal due
+		// times in the order they were added, and the due time never
+		// goes back, so neither jitter nor a concurrent delivery
+		// reorders. The held packet leaves right after this one.
+		due := nextDue(im, r, &e.rxLastDue)
+		for range copies {
+			if corrupt {
+				e.rx.corrupted.Add(1)
+			}
+			e.delays.add(due, delayedPacket{rx: true, proto: proto, pkt: e.copyOf(pkt, corrupt, bit)})
+		}
+		if release != nil {
+			e.delays.add(due, delayedPacket{rx: true, proto: releaseProto, pkt: release})
+		}
+		e.rxMu.Unlock()
+		return
+	}
+	e.rxMu.Unlock()
+	for i := range copies {
+		if corrupt || i > 0 {
 			c := e.copyOf(pkt, corrupt, bit)
 			if corrupt {
 				e.rx.corrupted.Add(1)
 			}
-			if delay > 0 {
-				e.rx.delayed.Add(1)
-				e.delays.add(delay, delayedPacket{rx: true, proto: proto, pkt: c})
-				continue
-			}
-			d.DeliverNetworkPacket(proto, c)
-			c.DecRef()
-			continue
-		}
-		if copies == 2 {
-			c := e.copyOf(pkt, false, 0)
 			d.DeliverNetworkPacket(proto, c)
 			c.DecRef()
 			continue
@@ -281,9 +490,25 @@ func (t rxTap) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stac
 	}
 }
 
+// nextDue draws the due time of the next delayed packet in one direction:
+// now plus the delay plus up to the jitter, but never before *last, which
+// it advances. The caller holds the direction's lock.
+func nextDue(im *link.Impairments, r *rand.Rand, last *time.Time) time.Time {
+	d := im.Delay
+	if im.Jitter > 0 {
+		d += time.Duration(r.Int64N(int64(im.Jitter)))
+	}
+	due := time.Now().Add(d)
+	if due.Before(*last) {
+		due = *last
+	}
+	*last = due
+	return due
+}
+
 // copyOf returns a fresh inbound packet with pkt's bytes (a private copy,
 // with bit number bit, modulo the packet's bits, flipped if corrupt), its
-// link header parsed again.
+// link header parsed again. The caller owns the returned reference.
 func (e *Endpoint) copyOf(pkt *stack.PacketBuffer, corrupt bool, bit uint64) *stack.PacketBuffer {
 	b := pkt.ToBuffer()
 	var payload buffer.Buffer
@@ -303,16 +528,24 @@ func (e *Endpoint) copyOf(pkt *stack.PacketBuffer, corrupt bool, bit uint64) *st
 	return c
 }
 
-// WritePackets applies the send impairments and writes what survives. A
-// lost or delayed packet counts as written: the wire took it. If the
+// WritePackets implements stack.LinkWriter: it applies the send
+// impairments and writes what survives. The caller keeps its references
+// and the list; the wrapper takes its own for what it holds or delays. A
+// lost or delayed packet counts as written: the wire took it (a delayed
+// one the wrapped endpoint later refuses is counted in Drops). If the
 // wrapped endpoint takes only part of the batch, the originals it did not
 // fully take are returned as unsent.
 func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	im := &e.opts.TX
 	if !im.Active() {
-		return e.LinkEndpoint.WritePackets(pkts)
+		n, err := e.LinkEndpoint.WritePackets(pkts)
+		if n < pkts.Len() {
+			e.refused()
+		}
+		return n, err
 	}
 	list := pkts.AsSlice()
+	delaying := im.Delay > 0 || im.Jitter > 0
 	var out stack.PacketBufferList
 	// done[i] is how many entries of out must be written for original i
 	// to count as sent.
@@ -324,26 +557,34 @@ func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 		switch {
 		case im.Loss > 0 && r.Float64() < im.Loss:
 			e.tx.lost.Add(1)
-		case im.Delay > 0 || im.Jitter > 0:
-			delay := im.Delay
-			if im.Jitter > 0 {
-				delay += time.Duration(r.Int64N(int64(im.Jitter)))
-			}
-			e.tx.delayed.Add(1)
-			e.delays.add(delay, delayedPacket{pkt: pkt.IncRef()})
 		case im.Reorder > 0 && e.txHeld == nil && r.Float64() < im.Reorder:
 			e.txHeld = pkt.IncRef()
 			e.tx.reordered.Add(1)
 		default:
-			out.PushBack(pkt)
+			copies := 1
 			if im.Duplicate > 0 && r.Float64() < im.Duplicate {
-				out.PushBack(pkt)
+				copies = 2
 				e.tx.duplicated.Add(1)
 			}
-			if e.txHeld != nil {
-				out.PushBack(e.txHeld)
-				extra = append(extra, e.txHeld)
-				e.txHeld = nil
+			held := e.txHeld
+			e.txHeld = nil
+			if delaying {
+				// As on receive: in order, the held packet right after.
+				due := nextDue(im, r, &e.txLastDue)
+				for range copies {
+					e.delays.add(due, delayedPacket{pkt: pkt.IncRef()})
+				}
+				if held != nil {
+					e.delays.add(due, delayedPacket{pkt: held})
+				}
+				break
+			}
+			for range copies {
+				out.PushBack(pkt)
+			}
+			if held != nil {
+				out.PushBack(held)
+				extra = append(extra, held)
 			}
 		}
 		done[i] = out.Len()
@@ -361,6 +602,7 @@ func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 	if n >= out.Len() {
 		return len(list), nil
 	}
+	e.refused()
 	sent := 0
 	for sent < len(list) && done[sent] <= n {
 		sent++
@@ -377,15 +619,15 @@ type delayedPacket struct {
 }
 
 // delayLine holds delayed packets and releases them in due order from one
-// goroutine.
+// goroutine, started by Wrap and joined by Endpoint.Close.
 type delayLine struct {
 	e      *Endpoint
 	mu     sync.Mutex
-	queue  []delayedPacket // sorted by due time
+	queue  []delayedPacket // sorted by due time; equal ones in arrival order
+	closed bool
 	wake   chan struct{}
 	stop   chan struct{}
 	done   chan struct{}
-	closed bool
 }
 
 func newDelayLine(e *Endpoint) *delayLine {
@@ -394,14 +636,28 @@ func newDelayLine(e *Endpoint) *delayLine {
 	return l
 }
 
-func (l *delayLine) add(d time.Duration, p delayedPacket) {
-	p.due = time.Now().Add(d)
+// add queues p to leave at due, taking over p's reference. A packet due
+// no earlier than those queued goes behind them all.
+func (l *delayLine) add(due time.Time, p delayedPacket) {
+	p.due = due
+	c := &l.e.tx
+	if p.rx {
+		c = &l.e.rx
+	}
 	l.mu.Lock()
-	if l.closed {
+	switch {
+	case l.closed:
 		l.mu.Unlock()
 		p.pkt.DecRef()
+		c.closed.Add(1)
+		return
+	case len(l.queue) >= DelayLimit:
+		l.mu.Unlock()
+		p.pkt.DecRef()
+		c.limit.Add(1)
 		return
 	}
+	c.delayed.Add(1)
 	i := len(l.queue)
 	for i > 0 && l.queue[i-1].due.After(p.due) {
 		i--
@@ -417,27 +673,28 @@ func (l *delayLine) add(d time.Duration, p delayedPacket) {
 }
 
 // loop releases packets when due: received ones to the stack, sent ones to
-// the wrapped endpoint.
+// the wrapped endpoint, in one write per round.
 func (l *delayLine) loop() {
 	defer close(l.done)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var ready []delayedPacket
 	for {
 		l.mu.Lock()
-		var ready []delayedPacket
 		now := time.Now()
-		for len(l.queue) > 0 && !l.queue[0].due.After(now) {
-			ready = append(ready, l.queue[0])
-			l.queue = l.queue[1:]
+		n := 0
+		for n < len(l.queue) && !l.queue[n].due.After(now) {
+			n++
 		}
+		ready = append(ready[:0], l.queue[:n]...)
+		l.queue = append(l.queue[:0], l.queue[n:]...)
 		wait := time.Hour
 		if len(l.queue) > 0 {
 			wait = l.queue[0].due.Sub(now)
 		}
 		l.mu.Unlock()
-		for _, p := range ready {
-			l.release(p)
-		}
+		l.release(ready)
+		clear(ready)
 		timer.Reset(wait)
 		select {
 		case <-l.stop:
@@ -448,19 +705,42 @@ func (l *delayLine) loop() {
 	}
 }
 
-func (l *delayLine) release(p delayedPacket) {
-	defer p.pkt.DecRef()
-	if p.rx {
-		if d := l.e.upper(); d != nil {
-			d.DeliverNetworkPacket(p.proto, p.pkt)
+// release delivers or writes the due packets and drops the line's
+// references, counting any the wrapped endpoint refused.
+func (l *delayLine) release(ready []delayedPacket) {
+	e := l.e
+	var out stack.PacketBufferList
+	for _, p := range ready {
+		if !p.rx {
+			out.PushBack(p.pkt)
+			continue
 		}
-		return
+		if d := e.upper(); d != nil {
+			d.DeliverNetworkPacket(p.proto, p.pkt)
+		} else {
+			e.rx.detached.Add(1)
+		}
 	}
-	var one stack.PacketBufferList
-	one.PushBack(p.pkt)
-	l.e.LinkEndpoint.WritePackets(one)
+	if out.Len() > 0 {
+		n, err := e.LinkEndpoint.WritePackets(out)
+		if rest := uint64(out.Len() - n); rest > 0 {
+			switch err.(type) {
+			case *tcpip.ErrNoBufferSpace, *tcpip.ErrWouldBlock:
+				e.tx.full.Add(rest)
+			case *tcpip.ErrClosedForSend:
+				e.tx.closed.Add(rest)
+			default:
+				e.tx.failed.Add(rest)
+			}
+		}
+	}
+	for _, p := range ready {
+		p.pkt.DecRef()
+	}
 }
 
+// close stops the goroutine, waits for it, and releases what is queued,
+// counting it in each direction's Drops.Closed.
 func (l *delayLine) close() {
 	l.mu.Lock()
 	l.closed = true
@@ -471,5 +751,10 @@ func (l *delayLine) close() {
 	<-l.done
 	for _, p := range q {
 		p.pkt.DecRef()
+		if p.rx {
+			l.e.rx.closed.Add(1)
+		} else {
+			l.e.tx.closed.Add(1)
+		}
 	}
 }

@@ -3,18 +3,27 @@ package impair_test
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
+	"errors"
 	"io"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/ustack-dev/ustack/cache"
 	"github.com/ustack-dev/ustack/internal/leakcheck"
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/impair"
+	"github.com/ustack-dev/ustack/link/linktest"
 	"github.com/ustack-dev/ustack/link/mem"
+	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
 	"github.com/ustack-dev/ustack/stack"
 )
@@ -27,7 +36,7 @@ var (
 )
 
 // hosts builds two stacks over a mem pair whose A side is wrapped.
-func hosts(t *testing.T, opts impair.Options, mo *mem.Options, qdisc string) (a, b *stack.Stack, wrapped gstack.LinkEndpoint) {
+func hosts(t *testing.T, opts impair.Options, mo *mem.Options, qdisc string) (a, b *stack.Stack, wrapped *impair.Endpoint) {
 	t.Helper()
 	la, lb, err := mem.Pair(mo)
 	require.NoError(t, err)
@@ -103,7 +112,7 @@ func TestTCPIntactThroughEveryFault(t *testing.T) {
 			}
 			a, b, w := hosts(t, opts, &mo, q)
 			transfer(t, a, b, 2<<20)
-			st := w.(link.Reporter).LinkStats()
+			st := w.LinkStats()
 			require.Positive(t, st.ImpairLost)
 			require.Positive(t, st.ImpairDuplicated)
 			require.Positive(t, st.ImpairReordered)
@@ -119,9 +128,7 @@ func TestCorruptionDroppedWhenStackWouldNotCheck(t *testing.T) {
 	opts := impair.Options{RX: link.Impairments{Corrupt: 0.2, Seed: 3}}
 	a, b, w := hosts(t, opts, nil, sched.None)
 	transfer(t, a, b, 1<<20)
-	rx, _ := w.(interface {
-		Counts() (impair.Counts, impair.Counts)
-	}).Counts()
+	rx, _ := w.Counts()
 	require.Positive(t, rx.CorruptDropped)
 	require.Zero(t, rx.Corrupted)
 }
@@ -173,8 +180,391 @@ func TestBadOptions(t *testing.T) {
 	require.Error(t, err)
 	w, err := impair.Wrap(la, impair.Options{})
 	require.NoError(t, err)
-	_, ok := w.(sched.WritableNotifier)
-	require.True(t, ok, "mem signals writability, so the wrapper passes it on")
 	w.Close()
 	w.Close()
+}
+
+// numbered returns an IPv4-numbered payload of size bytes carrying seq.
+func numbered(seq uint32, size int) []byte {
+	data := make([]byte, max(size, 8))
+	data[0] = 0x45
+	binary.BigEndian.PutUint32(data[4:], seq)
+	return data
+}
+
+func seqOf(b []byte) uint32 { return binary.BigEndian.Uint32(b[4:]) }
+
+// wrapped returns a test endpoint wrapped with opts and attached to a
+// sink; both are closed when the test ends.
+func wrapped(t *testing.T, lower gstack.LinkEndpoint, opts impair.Options) (*impair.Endpoint, *linktest.Sink) {
+	t.Helper()
+	w, err := impair.Wrap(lower, opts)
+	require.NoError(t, err)
+	t.Cleanup(w.Close)
+	s := linktest.NewSink()
+	w.Attach(s)
+	return w, s
+}
+
+// send writes packets with seqs from..to-1 through w, one call each, and
+// returns how many it took.
+func send(t *testing.T, w *impair.Endpoint, from, to uint32) int {
+	t.Helper()
+	taken := 0
+	for i := from; i < to; i++ {
+		pkt := gstack.NewPacketBuffer(gstack.PacketBufferOptions{Payload: buffer.MakeWithData(numbered(i, 64))})
+		pkt.NetworkProtocolNumber = header.IPv4ProtocolNumber
+		var l gstack.PacketBufferList
+		l.PushBack(pkt)
+		n, _ := w.WritePackets(l)
+		taken += n
+		pkt.DecRef()
+	}
+	return taken
+}
+
+func seqs(pkts []linktest.Packet) []uint32 {
+	var out []uint32
+	for _, p := range pkts {
+		out = append(out, seqOf(p.Data))
+	}
+	return out
+}
+
+// TestReceiveFaults checks each fault at probability 1 on received
+// packets, where the outcome does not depend on the random draw.
+func TestReceiveFaults(t *testing.T) {
+	const total = 100
+	for _, tc := range []struct {
+		name  string
+		im    link.Impairments
+		want  func(i int) uint32 // the i-th delivered seq
+		count int
+	}{
+		{"loss all", link.Impairments{Loss: 1}, nil, 0},
+		{"duplicate all", link.Impairments{Duplicate: 1}, func(i int) uint32 { return uint32(i / 2) }, 2 * total},
+		// Every other packet is held and delivered after its successor.
+		{"reorder all", link.Impairments{Reorder: 1}, func(i int) uint32 { return uint32(i ^ 1) }, total},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lower := linktest.NewEndpoint(nil)
+			w, s := wrapped(t, lower, impair.Options{RX: tc.im})
+			for i := range uint32(total) {
+				require.True(t, lower.Inject(numbered(i, 64)))
+			}
+			rx, _ := w.Counts()
+			require.Len(t, s.Packets(), tc.count)
+			for i, seq := range seqs(s.Packets()) {
+				require.Equal(t, tc.want(i), seq, "packet %d", i)
+			}
+			switch {
+			case tc.im.Loss > 0:
+				require.EqualValues(t, total, rx.Lost)
+				require.EqualValues(t, total, w.LinkStats().ImpairLost)
+			case tc.im.Duplicate > 0:
+				require.EqualValues(t, total, rx.Duplicated)
+			case tc.im.Reorder > 0:
+				require.EqualValues(t, total/2, rx.Reordered)
+			}
+		})
+	}
+}
+
+// TestSendFaults checks the same faults on sent packets: the wrapped
+// endpoint sees what survives, and a lost packet still counts as written.
+func TestSendFaults(t *testing.T) {
+	const total = 100
+	for _, tc := range []struct {
+		name  string
+		im    link.Impairments
+		want  func(i int) uint32
+		count int
+	}{
+		{"loss all", link.Impairments{Loss: 1}, nil, 0},
+		{"duplicate all", link.Impairments{Duplicate: 1}, func(i int) uint32 { return uint32(i / 2) }, 2 * total},
+		{"reorder all", link.Impairments{Reorder: 1}, func(i int) uint32 { return uint32(i ^ 1) }, total},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lower := linktest.NewEndpoint(&linktest.Writer{Keep: true})
+			w, _ := wrapped(t, lower, impair.Options{TX: tc.im})
+			require.Equal(t, total, send(t, w, 0, total), "the wire took every packet")
+			got := lower.Written()
+			require.Len(t, got, tc.count)
+			for i, p := range got {
+				require.Equal(t, tc.want(i), seqOf(p), "packet %d", i)
+			}
+		})
+	}
+}
+
+func TestCorruptionFlipsOneBitOfACopy(t *testing.T) {
+	lower := linktest.NewEndpoint(nil) // no checksum offload: the stack checks
+	w, s := wrapped(t, lower, impair.Options{RX: link.Impairments{Corrupt: 1, Seed: 9}})
+	orig := numbered(1, 256)
+	require.True(t, lower.Inject(orig))
+	got := s.Wait(t, 1)[0].Data
+	diff := 0
+	for i := range orig {
+		for x := orig[i] ^ got[i]; x != 0; x &= x - 1 {
+			diff++
+		}
+	}
+	require.Equal(t, 1, diff, "exactly one bit flipped")
+	require.Equal(t, numbered(1, 256), orig, "the sender's buffer is untouched")
+	rx, _ := w.Counts()
+	require.EqualValues(t, 1, rx.Corrupted)
+}
+
+func TestSeededLossIsDeterministic(t *testing.T) {
+	run := func() []uint32 {
+		lower := linktest.NewEndpoint(nil)
+		w, err := impair.Wrap(lower, impair.Options{RX: link.Impairments{Loss: 0.3, Seed: 42}})
+		require.NoError(t, err)
+		defer w.Close()
+		s := linktest.NewSink()
+		w.Attach(s)
+		for i := range uint32(300) {
+			lower.Inject(numbered(i, 64))
+		}
+		rx, _ := w.Counts()
+		require.EqualValues(t, 300, uint64(s.Len())+rx.Lost)
+		return seqs(s.Packets())
+	}
+	first := run()
+	require.Less(t, len(first), 300)
+	require.Greater(t, len(first), 100)
+	require.Equal(t, first, run())
+}
+
+// TestJitterNeverReorders: with jitter much larger than the gap between
+// packets, both directions still deliver in order, none early, as
+// link.Impairments promises.
+func TestJitterNeverReorders(t *testing.T) {
+	const total = 200
+	im := link.Impairments{Delay: time.Millisecond, Jitter: 5 * time.Millisecond, Seed: 1}
+	lower := linktest.NewEndpoint(&linktest.Writer{Keep: true})
+	w, s := wrapped(t, lower, impair.Options{RX: im, TX: im})
+	var injected []time.Time
+	for i := range uint32(total) {
+		injected = append(injected, time.Now())
+		require.True(t, lower.Inject(numbered(i, 64)))
+	}
+	require.Equal(t, total, send(t, w, 0, total))
+	got := s.Wait(t, total)
+	for i, p := range got {
+		require.Equal(t, uint32(i), seqOf(p.Data), "received packet %d: jitter must not reorder", i)
+		// A lower bound, not a speed: the wrapper may never deliver early.
+		require.GreaterOrEqual(t, p.At.Sub(injected[i]), im.Delay)
+	}
+	require.Eventually(t, func() bool { return lower.Taken() == total }, time.Minute, time.Millisecond)
+	for i, p := range lower.Written() {
+		require.Equal(t, uint32(i), seqOf(p), "sent packet %d: jitter must not reorder", i)
+	}
+	rx, tx := w.Counts()
+	require.EqualValues(t, total, rx.Delayed)
+	require.EqualValues(t, total, tx.Delayed)
+	require.Zero(t, rx.Dropped.Total()+tx.Dropped.Total())
+}
+
+// TestDelayedWriteRefusalsCounted: a delayed sent packet that the wrapped
+// endpoint refuses when it falls due has no writer left to retry it; it is
+// dropped and counted by reason, in Counts and in the link counters.
+func TestDelayedWriteRefusalsCounted(t *testing.T) {
+	const total = 10
+	for _, tc := range []struct {
+		name   string
+		writer *linktest.Writer
+		got    func(impair.Drops) uint64
+		stat   func(link.Stats) uint64
+	}{
+		{"full", &linktest.Writer{Take: func(int) int { return 0 }},
+			func(d impair.Drops) uint64 { return d.Full }, func(s link.Stats) uint64 { return s.TXErrors }},
+		{"closed", &linktest.Writer{Fail: &tcpip.ErrClosedForSend{}},
+			func(d impair.Drops) uint64 { return d.Closed }, func(s link.Stats) uint64 { return s.TXClosed }},
+		{"failed", &linktest.Writer{Fail: &tcpip.ErrAborted{}},
+			func(d impair.Drops) uint64 { return d.Failed }, func(s link.Stats) uint64 { return s.TXErrors }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lower := linktest.NewEndpoint(tc.writer)
+			w, _ := wrapped(t, lower, impair.Options{TX: link.Impairments{Delay: time.Millisecond}})
+			require.Equal(t, total, send(t, w, 0, total), "the wire took them")
+			require.Eventually(t, func() bool {
+				_, tx := w.Counts()
+				return tc.got(tx.Dropped) == total
+			}, time.Minute, time.Millisecond)
+			_, tx := w.Counts()
+			require.EqualValues(t, total, tx.Dropped.Total(), "one reason each")
+			require.EqualValues(t, total, tc.stat(w.LinkStats()))
+			require.Equal(t, total, lower.Refused(), "each was offered to the wrapped endpoint")
+		})
+	}
+}
+
+// TestCloseCountsWhatItHeld: packets still delayed or held back for
+// reordering at Close are released and counted, never lost silently.
+func TestCloseCountsWhatItHeld(t *testing.T) {
+	lower := linktest.NewEndpoint(nil)
+	w, err := impair.Wrap(lower, impair.Options{
+		RX: link.Impairments{Delay: time.Hour},
+		TX: link.Impairments{Reorder: 1},
+	})
+	require.NoError(t, err)
+	s := linktest.NewSink()
+	w.Attach(s)
+	for i := range uint32(3) {
+		require.True(t, lower.Inject(numbered(i, 64)))
+	}
+	require.Equal(t, 1, send(t, w, 0, 1))
+	w.Close()
+	rx, tx := w.Counts()
+	require.EqualValues(t, 3, rx.Dropped.Closed)
+	require.EqualValues(t, 1, tx.Dropped.Closed)
+	st := w.LinkStats()
+	require.EqualValues(t, 3, st.RXClosed)
+	require.EqualValues(t, 1, st.TXClosed)
+	require.Zero(t, s.Len())
+}
+
+// TestOptionalInterfacesPassThrough: every optional interface ustack or
+// gVisor looks for on a link endpoint by type assertion is visible through
+// the wrapper and reaches the wrapped endpoint.
+func TestOptionalInterfacesPassThrough(t *testing.T) {
+	lower := linktest.NewFeatured(nil)
+	lower.Stats = link.Stats{TXSyscalls: 7}
+	lower.Cache = cache.Stats{Hits: 5}
+	lower.GSOMax, lower.GSO = 65536, gstack.HostGSOSupported
+	lower.Error = errors.New("device gone")
+	lower.PollRound = 3
+	w, err := impair.Wrap(lower, impair.Options{})
+	require.NoError(t, err)
+	t.Cleanup(w.Close)
+	var ep gstack.LinkEndpoint = w // what the stack holds
+
+	src, ok := ep.(poll.Source)
+	require.True(t, ok, "poll.Source (stack.AddNIC registers it for busy polling)")
+	src.BusyPollBegin()
+	require.Equal(t, 3, src.BusyPoll())
+	require.True(t, src.BusyPollWatchdog())
+	src.BusyPollEnd()
+	for _, m := range []string{"BusyPollBegin", "BusyPoll", "BusyPollWatchdog", "BusyPollEnd"} {
+		require.Equal(t, 1, lower.Calls(m), m)
+	}
+
+	n, ok := ep.(sched.WritableNotifier)
+	require.True(t, ok, "sched.WritableNotifier (a qdisc waits for it)")
+	signalled := false
+	n.NotifyWritable(func() { signalled = true })
+	require.True(t, lower.Writable(), "the callback reached the wrapped endpoint")
+	require.True(t, signalled)
+
+	r, ok := ep.(link.Reporter)
+	require.True(t, ok, "link.Reporter (stack.Stats reads it)")
+	require.EqualValues(t, 7, r.LinkStats().TXSyscalls)
+
+	g, ok := ep.(gstack.GSOEndpoint)
+	require.True(t, ok, "stack.GSOEndpoint (gVisor's routes read it)")
+	require.EqualValues(t, 65536, g.GSOMaxSize())
+	require.Equal(t, gstack.HostGSOSupported, g.SupportedGSO())
+
+	c, ok := ep.(interface{ CacheStats() cache.Stats })
+	require.True(t, ok, "CacheStats")
+	require.EqualValues(t, 5, c.CacheStats().Hits)
+
+	e, ok := ep.(interface{ Err() error })
+	require.True(t, ok, "Err")
+	require.EqualError(t, e.Err(), "device gone")
+
+	require.Same(t, lower, w.Unwrap())
+}
+
+// TestMissingInterfacesDegrade: over an endpoint with no optional
+// interface, the wrapper offers nothing to poll, no GSO, no counters, and
+// still signals writability after a refused write, from a timer, so a
+// qdisc never waits forever.
+func TestMissingInterfacesDegrade(t *testing.T) {
+	var refuse atomic.Bool
+	refuse.Store(true)
+	lower := linktest.NewEndpoint(&linktest.Writer{Take: func(n int) int {
+		if refuse.Load() {
+			return 0
+		}
+		return n
+	}})
+	w, err := impair.Wrap(lower, impair.Options{})
+	require.NoError(t, err)
+	t.Cleanup(w.Close)
+	w.BusyPollBegin()
+	require.Zero(t, w.BusyPoll())
+	require.False(t, w.BusyPollWatchdog())
+	w.BusyPollEnd()
+	require.Zero(t, w.GSOMaxSize())
+	require.Equal(t, gstack.GSONotSupported, w.SupportedGSO())
+	require.Zero(t, w.CacheStats())
+	require.NoError(t, w.Err())
+
+	signal := make(chan struct{}, 1)
+	w.NotifyWritable(func() {
+		select {
+		case signal <- struct{}{}:
+		default:
+		}
+	})
+	require.Zero(t, send(t, w, 0, 1), "refused")
+	select {
+	case <-signal:
+	case <-time.After(time.Minute):
+		t.Fatal("no writability signal after a refused write")
+	}
+	refuse.Store(false)
+	require.Equal(t, 1, send(t, w, 0, 1))
+}
+
+// TestBusyPollThroughWrapper: a stack with busy polling registers the
+// wrapper as a source, and a busy-polled round of the wrapped mem endpoint
+// goes through the wrapper's receive faults.
+func TestBusyPollThroughWrapper(t *testing.T) {
+	la, lb, err := mem.Pair(nil)
+	require.NoError(t, err)
+	defer la.Close()
+	w, s := wrapped(t, lb, impair.Options{RX: link.Impairments{Duplicate: 1}})
+	w.BusyPollBegin() // once parked, the receive goroutine stays parked: only polls deliver
+	defer w.BusyPollEnd()
+	written := 0
+	require.Eventually(t, func() bool {
+		if lb.Backlog() == 0 {
+			pkt := gstack.NewPacketBuffer(gstack.PacketBufferOptions{Payload: buffer.MakeWithData(numbered(uint32(written), 64))})
+			pkt.NetworkProtocolNumber = header.IPv4ProtocolNumber
+			var l gstack.PacketBufferList
+			l.PushBack(pkt)
+			n, _ := la.WritePackets(l)
+			pkt.DecRef()
+			written += n
+		}
+		w.BusyPoll()
+		return w.LinkStats().RXBusyPolled > 0
+	}, time.Minute, time.Millisecond, "a busy-poll round through the wrapper delivered")
+	got := s.Wait(t, 2*written)
+	require.Len(t, got, 2*written, "every packet, polled or not, went through the wrapper's faults")
+}
+
+func TestBothWays(t *testing.T) {
+	im := link.Impairments{Loss: 0.1, Corrupt: 0.01, Seed: 7}
+	o := impair.BothWays(im)
+	require.Equal(t, im, o.RX)
+	require.Zero(t, o.TX.Corrupt, "corruption applies to received packets only")
+	require.Equal(t, im.Loss, o.TX.Loss)
+	lower := linktest.NewEndpoint(nil)
+	w, err := impair.Wrap(lower, o)
+	require.NoError(t, err, "Wrap takes what BothWays gives")
+	w.Close()
+}
+
+func TestOnReceive(t *testing.T) {
+	im := link.Impairments{Loss: 0.1, Delay: time.Millisecond, Seed: 7}
+	end0, end1 := impair.OnReceive(im, 0), impair.OnReceive(im, 1)
+	require.Equal(t, im, end0.RX)
+	require.False(t, end0.TX.Active(), "the other end impairs the other direction on its receive")
+	want := im
+	want.Seed = 8
+	require.Equal(t, want, end1.RX, "the other direction draws another sequence")
 }

@@ -3,22 +3,13 @@ package mem
 import (
 	"fmt"
 	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/ustack-dev/ustack/link/linktest"
 )
-
-// counting is a dispatcher that only counts, so that a benchmark measures
-// the link and not a stack.
-type counting struct{ n atomic.Uint64 }
-
-func (c *counting) DeliverNetworkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {
-	c.n.Add(1)
-}
-func (*counting) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {}
 
 // BenchmarkPair measures one writer pushing packets through the pair to a
 // counting receiver: per-packet calls against batched calls, which is what
@@ -42,7 +33,7 @@ func benchPair(b *testing.B, batch int, cost TXCost) {
 	}
 	defer a.Close()
 	defer r.Close()
-	sink := &counting{}
+	sink := &linktest.Counter{}
 	r.Attach(sink)
 	pkts := make([]*stack.PacketBuffer, batch)
 	for i := range pkts {
@@ -74,7 +65,7 @@ func benchPair(b *testing.B, batch int, cost TXCost) {
 		}
 	}
 	want := uint64(b.N * batch)
-	for sink.n.Load() < want {
+	for sink.Count() < want {
 		time.Sleep(10 * time.Microsecond)
 	}
 	el := time.Since(start)
@@ -87,7 +78,7 @@ func benchPair(b *testing.B, batch int, cost TXCost) {
 // the inbound PacketBuffer; the goal for our part is none.
 func TestSteadyStateAllocs(t *testing.T) {
 	a, r := pair(t, nil)
-	sink := &counting{}
+	sink := &linktest.Counter{}
 	r.Attach(sink)
 	pkt := packet(1, 120)
 	defer pkt.DecRef()
@@ -101,7 +92,7 @@ func TestSteadyStateAllocs(t *testing.T) {
 			}
 		}
 		sent++
-		for sink.n.Load() < sent {
+		for sink.Count() < sent {
 			runtime.Gosched()
 		}
 	})

@@ -10,9 +10,13 @@
 //
 // Options model what distinguishes real devices in a benchmark: ring and
 // batch sizes, MTU, checksum offload, GSO (whole TCP super-segments carried
-// in-process, like veth with TSO and GRO), a busy cost per WritePackets call
-// and per packet that stands for a syscall, and seeded impairments (loss,
-// duplication, reordering, corruption, delay) for fault tests.
+// in-process, like veth with TSO and GRO), and a busy cost per WritePackets
+// call and per packet that stands for a syscall.
+//
+// The pair is a plain wire: it injects no faults. For loss, duplication,
+// reordering, corruption or delay, wrap an endpoint with package impair,
+// ustack's one fault injector (stack/stacktest.Impaired does it for
+// tests, ustack bench -impair for benchmarks).
 //
 // The endpoints carry raw IP packets (no link header, like TUN), so no
 // link address resolution is needed.

@@ -1,12 +1,9 @@
 package mem
 
 import (
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
@@ -47,11 +44,9 @@ type Endpoint struct {
 	receiver   *receiver
 	pollClosed bool // guarded by rxOwner: Close has taken the receiver back
 
-	rxPackets, rxBytes, rxRounds         atomic.Uint64
-	rxDetached, rxMalformed, rxClosed    atomic.Uint64
-	lost, duplicated, reordered, corrupt atomic.Uint64
-	delayed                              atomic.Uint64
-	polledRounds                         atomic.Uint64
+	rxPackets, rxBytes, rxRounds      atomic.Uint64
+	rxDetached, rxMalformed, rxClosed atomic.Uint64
+	polledRounds                      atomic.Uint64
 }
 
 // ring is one direction of the pair: a bounded FIFO of packets written by
@@ -59,7 +54,6 @@ type Endpoint struct {
 type ring struct {
 	mu     sync.Mutex
 	pkts   []*stack.PacketBuffer // each holds one reference taken at write
-	stamps []int64               // enqueue times; only with a delay
 	head   int
 	n      int
 	closed bool // no more writes: the receiving endpoint is closed
@@ -80,12 +74,8 @@ type ring struct {
 	txPackets, txBytes, txCalls, txFull, txClosed uint64
 }
 
-func newRing(size int, stamps bool) *ring {
-	r := &ring{pkts: make([]*stack.PacketBuffer, size), wake: make(chan struct{}, 1)}
-	if stamps {
-		r.stamps = make([]int64, size)
-	}
-	return r
+func newRing(size int) *ring {
+	return &ring{pkts: make([]*stack.PacketBuffer, size), wake: make(chan struct{}, 1)}
 }
 
 // Pair returns two connected endpoints: what one writes, the other
@@ -95,16 +85,14 @@ func Pair(opts *Options) (*Endpoint, *Endpoint, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	delay := o.Impair.Delay > 0 || o.Impair.Jitter > 0
-	ab, ba := newRing(o.RingSize, delay), newRing(o.RingSize, delay)
+	ab, ba := newRing(o.RingSize), newRing(o.RingSize)
 	a := &Endpoint{opts: o, name: "a", tx: ab, rx: ba}
 	b := &Endpoint{opts: o, name: "b", tx: ba, rx: ab}
-	for i, e := range []*Endpoint{a, b} {
+	for _, e := range []*Endpoint{a, b} {
 		e.mtu.Store(o.MTU)
 		e.stop = make(chan struct{})
 		e.done = make(chan struct{})
-		// Each direction gets its own fault sequence from the one seed.
-		e.receiver = newReceiver(e, o.Impair.Seed, uint64(i+1))
+		e.receiver = newReceiver(e)
 	}
 	return a, b, nil
 }
@@ -189,9 +177,7 @@ func (e *Endpoint) Close() {
 	e.pollClosed = true
 	e.rxOwner.Unlock()
 	e.tx.closeWrites()
-	released := e.rx.close()
-	released += e.receiver.releaseHeld()
-	e.rxClosed.Add(uint64(released))
+	e.rxClosed.Add(uint64(e.rx.close()))
 }
 
 // closeWrites refuses further writes; what the ring holds is still
@@ -240,11 +226,7 @@ func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 		return 0, nil
 	}
 	e.opts.TXCost.spin(len(list))
-	var now int64
 	r := e.tx
-	if r.stamps != nil {
-		now = nanotime()
-	}
 	r.mu.Lock()
 	r.txCalls++
 	if r.closed {
@@ -262,9 +244,6 @@ func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 			break
 		}
 		r.pkts[tail] = pkt.IncRef()
-		if r.stamps != nil {
-			r.stamps[tail] = now
-		}
 		tail = r.next(tail)
 		bytes += pkt.Size()
 		r.n++
@@ -303,8 +282,9 @@ func (e *Endpoint) NotifyWritable(f func()) {
 	e.tx.mu.Unlock()
 }
 
-// LinkStats implements link.Reporter. Impairment counters are on the
-// receiving endpoint: they describe the wire towards it.
+// LinkStats implements link.Reporter. A mem pair injects no faults (wrap
+// an endpoint with package impair for that), so the Impair counters stay
+// zero.
 func (e *Endpoint) LinkStats() link.Stats {
 	e.tx.mu.Lock()
 	s := link.Stats{
@@ -322,11 +302,6 @@ func (e *Endpoint) LinkStats() link.Stats {
 	s.RXDetached = e.rxDetached.Load()
 	s.RXMalformed = e.rxMalformed.Load()
 	s.RXClosed = e.rxClosed.Load()
-	s.ImpairLost = e.lost.Load()
-	s.ImpairDuplicated = e.duplicated.Load()
-	s.ImpairReordered = e.reordered.Load()
-	s.ImpairCorrupted = e.corrupt.Load()
-	s.ImpairDelayed = e.delayed.Load()
 	return s
 }
 
@@ -402,58 +377,36 @@ func (e *Endpoint) BusyPoll() int {
 		return 0
 	}
 	rc := e.receiver
-	k, _, writable := rc.take()
+	k, writable := rc.take()
 	if writable != nil {
 		writable()
 	}
 	if k > 0 {
 		rc.deliverBatch(rc.batch[:k])
 		e.polledRounds.Add(1)
-	} else if rc.held != nil {
-		rc.flushHeld(rc.dispatcher())
 	}
 	return k
 }
 
-var epoch = time.Now()
-
-// nanotime is a monotonic clock in nanoseconds.
-func nanotime() int64 { return int64(time.Since(epoch)) }
-
-// receiver is the state of one endpoint's receive goroutine. Only that
-// goroutine touches it until Close has joined it.
+// receiver is the state of one endpoint's receive goroutine. Only the
+// holder of the endpoint's rxOwner touches it.
 type receiver struct {
 	e     *Endpoint
 	r     *ring
 	batch []*stack.PacketBuffer
-	rng   *rand.Rand
-	im    Impairments
-
-	held    *stack.PacketBuffer // a packet held back by reordering
-	lastDue int64               // keeps jittered delays in order
-	headDue int64               // due time of the ring's head, once drawn
-	hasDue  bool
-	timer   *time.Timer
 }
 
-func newReceiver(e *Endpoint, seed, stream uint64) *receiver {
-	return &receiver{
-		e:     e,
-		r:     e.rx,
-		batch: make([]*stack.PacketBuffer, e.opts.BatchSize),
-		rng:   rand.New(rand.NewPCG(seed, stream)),
-		im:    e.opts.Impair,
-	}
+func newReceiver(e *Endpoint) *receiver {
+	return &receiver{e: e, r: e.rx, batch: make([]*stack.PacketBuffer, e.opts.BatchSize)}
 }
 
 // loop is the receive goroutine: it takes up to a batch from the ring,
 // delivers it, and parks when the ring is empty, like a NAPI poll loop.
 func (rc *receiver) loop() {
 	defer close(rc.e.done)
-	delayed := rc.r.stamps != nil
 	for {
 		rc.e.rxOwner.Lock()
-		k, wait, writable := rc.take()
+		k, writable := rc.take()
 		if writable != nil {
 			writable()
 		}
@@ -462,58 +415,23 @@ func (rc *receiver) loop() {
 			rc.e.rxOwner.Unlock()
 			continue
 		}
-		// Nothing to deliver now: release a packet held for reordering
-		// rather than keep it indefinitely, then sleep.
-		if rc.held != nil {
-			rc.flushHeld(rc.dispatcher())
-			rc.e.rxOwner.Unlock()
-			continue
-		}
 		rc.e.rxOwner.Unlock()
-		var timeout <-chan time.Time
-		if delayed && wait > 0 {
-			if rc.timer == nil {
-				rc.timer = time.NewTimer(wait)
-			} else {
-				rc.timer.Reset(wait)
-			}
-			timeout = rc.timer.C
-		}
 		select {
 		case <-rc.r.wake:
-		case <-timeout:
 		case <-rc.e.stop:
-			if rc.timer != nil {
-				rc.timer.Stop()
-			}
 			return
 		}
 	}
 }
 
-// take moves up to a batch of due packets from the ring into rc.batch. If
-// none is due it returns 0 and how long until the head is due (0 when the
-// ring is empty, in which case it has marked the ring parked). If it made
+// take moves up to a batch of packets from the ring into rc.batch. If the
+// ring is empty it returns 0 and has marked the ring parked. If it made
 // room after a refused write, it returns the writer's callback to call.
-func (rc *receiver) take() (k int, wait time.Duration, writable func()) {
+func (rc *receiver) take() (k int, writable func()) {
 	r := rc.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var now int64
-	if r.stamps != nil && r.n > 0 {
-		now = nanotime()
-	}
 	for k < len(rc.batch) && r.n > 0 {
-		if r.stamps != nil {
-			due := rc.due(r.stamps[r.head])
-			if due > now {
-				if k == 0 {
-					return 0, time.Duration(due - now), nil
-				}
-				break
-			}
-			rc.hasDue = false
-		}
 		rc.batch[k] = r.pkts[r.head]
 		r.pkts[r.head] = nil
 		r.head = r.next(r.head)
@@ -526,7 +444,7 @@ func (rc *receiver) take() (k int, wait time.Duration, writable func()) {
 		r.wantWritable = false
 		writable = r.writable
 	}
-	return k, 0, writable
+	return k, writable
 }
 
 // wakeRoom is how much room the ring must have before a writer it refused
@@ -536,123 +454,32 @@ func (rc *receiver) take() (k int, wait time.Duration, writable func()) {
 // threshold of descriptors is free.
 func (r *ring) wakeRoom() int { return max(len(r.pkts)/4, 1) }
 
-// due returns when the head packet, enqueued at stamp, may be delivered,
-// drawing its jitter once and never earlier than the packet before it.
-func (rc *receiver) due(stamp int64) int64 {
-	if !rc.hasDue {
-		d := stamp + int64(rc.im.Delay)
-		if rc.im.Jitter > 0 {
-			d += rc.rng.Int64N(int64(rc.im.Jitter))
-		}
-		rc.headDue = max(d, rc.lastDue)
-		rc.lastDue = rc.headDue
-		rc.hasDue = true
-	}
-	return rc.headDue
-}
-
 func (rc *receiver) dispatcher() stack.NetworkDispatcher { return rc.e.Dispatcher() }
 
 // deliverBatch delivers one round and releases the ring's references.
 func (rc *receiver) deliverBatch(batch []*stack.PacketBuffer) {
 	d := rc.dispatcher()
-	impair := rc.im.Active()
 	for i, pkt := range batch {
-		if impair {
-			rc.impairOne(d, pkt)
-		} else {
-			rc.deliver(d, pkt)
-		}
+		rc.deliver(d, pkt)
 		pkt.DecRef()
 		batch[i] = nil
 	}
 	rc.e.rxRounds.Add(1)
 }
 
-// impairOne applies the configured faults to pkt and delivers what is left.
-func (rc *receiver) impairOne(d stack.NetworkDispatcher, pkt *stack.PacketBuffer) {
-	im := &rc.im
-	if im.Delay > 0 || im.Jitter > 0 {
-		rc.e.delayed.Add(1)
-	}
-	if im.Loss > 0 && rc.rng.Float64() < im.Loss {
-		rc.e.lost.Add(1)
-		return
-	}
-	if im.Reorder > 0 && rc.held == nil && rc.rng.Float64() < im.Reorder {
-		rc.held = pkt.IncRef()
-		rc.e.reordered.Add(1)
-		return
-	}
-	copies := 1
-	if im.Duplicate > 0 && rc.rng.Float64() < im.Duplicate {
-		copies = 2
-		rc.e.duplicated.Add(1)
-	}
-	for range copies {
-		if im.Corrupt > 0 && rc.rng.Float64() < im.Corrupt {
-			rc.deliverCorrupted(d, pkt)
-		} else {
-			rc.deliver(d, pkt)
-		}
-	}
-	rc.flushHeld(d)
-}
-
-// flushHeld delivers the packet held back for reordering, if any.
-func (rc *receiver) flushHeld(d stack.NetworkDispatcher) {
-	if rc.held == nil {
-		return
-	}
-	h := rc.held
-	rc.held = nil
-	rc.deliver(d, h)
-	h.DecRef()
-}
-
-// releaseHeld drops a held packet at Close and reports whether there was
-// one. Only called after the goroutine has stopped.
-func (rc *receiver) releaseHeld() int {
-	if rc.held == nil {
-		return 0
-	}
-	rc.held.DecRef()
-	rc.held = nil
-	return 1
-}
-
 // deliver hands a fresh inbound packet with pkt's bytes to d. The bytes
 // are shared, not copied: gVisor copies a shared chunk before it writes.
 func (rc *receiver) deliver(d stack.NetworkDispatcher, pkt *stack.PacketBuffer) {
-	rc.deliverPayload(d, pkt.NetworkProtocolNumber, pkt.ToBuffer(), pkt.Size())
-}
-
-// deliverCorrupted delivers a private copy of pkt with one bit flipped: the
-// sender's buffer (which TCP may retransmit) stays intact.
-func (rc *receiver) deliverCorrupted(d stack.NetworkDispatcher, pkt *stack.PacketBuffer) {
-	b := pkt.ToBuffer()
-	data := b.Flatten()
-	b.Release()
-	if len(data) > 0 {
-		bit := rc.rng.IntN(len(data) * 8)
-		data[bit/8] ^= 1 << (bit % 8)
-	}
-	rc.e.corrupt.Add(1)
-	rc.deliverPayload(d, pkt.NetworkProtocolNumber, buffer.MakeWithData(data), len(data))
-}
-
-func (rc *receiver) deliverPayload(d stack.NetworkDispatcher, proto tcpip.NetworkProtocolNumber, payload buffer.Buffer, size int) {
+	proto, size := pkt.NetworkProtocolNumber, pkt.Size()
 	switch {
 	case d == nil:
-		payload.Release()
 		rc.e.rxDetached.Add(1)
 		return
 	case proto != header.IPv4ProtocolNumber && proto != header.IPv6ProtocolNumber:
-		payload.Release()
 		rc.e.rxMalformed.Add(1)
 		return
 	}
-	np := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: payload})
+	np := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: pkt.ToBuffer()})
 	rc.e.rxPackets.Add(1)
 	rc.e.rxBytes.Add(uint64(size))
 	d.DeliverNetworkPacket(proto, np)

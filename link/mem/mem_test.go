@@ -13,65 +13,10 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/internal/leakcheck"
+	"github.com/ustack-dev/ustack/link/linktest"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }
-
-// sink is a NetworkDispatcher that records what it is given.
-type sink struct {
-	mu     sync.Mutex
-	got    [][]byte
-	at     []time.Time
-	protos []tcpip.NetworkProtocolNumber
-	cond   *sync.Cond
-}
-
-func newSink() *sink {
-	s := &sink{}
-	s.cond = sync.NewCond(&s.mu)
-	return s
-}
-
-func (s *sink) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
-	b := pkt.ToBuffer()
-	data := b.Flatten()
-	b.Release()
-	s.mu.Lock()
-	s.got = append(s.got, data)
-	s.at = append(s.at, time.Now())
-	s.protos = append(s.protos, proto)
-	s.cond.Broadcast()
-	s.mu.Unlock()
-}
-
-func (*sink) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {}
-
-// wait blocks until n packets have arrived and returns them.
-func (s *sink) wait(t *testing.T, n int) [][]byte {
-	t.Helper()
-	deadline := time.AfterFunc(20*time.Second, func() {
-		s.mu.Lock()
-		s.cond.Broadcast()
-		s.mu.Unlock()
-	})
-	defer deadline.Stop()
-	start := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for len(s.got) < n {
-		if time.Since(start) > 20*time.Second {
-			t.Fatalf("got %d packets, want %d", len(s.got), n)
-		}
-		s.cond.Wait()
-	}
-	return append([][]byte(nil), s.got...)
-}
-
-func (s *sink) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.got)
-}
 
 // packet builds an IPv4-numbered packet whose payload carries seq.
 func packet(seq uint32, size int) *stack.PacketBuffer {
@@ -122,23 +67,23 @@ func TestBackpressureNotDrop(t *testing.T) {
 	require.Equal(t, uint64(1), st.TXCalls)
 	require.Equal(t, 4, b.Backlog())
 
-	s := newSink()
+	s := linktest.NewSink()
 	b.Attach(s)
-	got := s.wait(t, 4)
+	got := s.Wait(t, 4)
 	for i, p := range got {
-		require.Equal(t, uint32(i), seqOf(p))
+		require.Equal(t, uint32(i), seqOf(p.Data))
 	}
 	// The refused two are the writer's to retry.
 	n, err = write(a, 4, 6)
 	require.Equal(t, 2, n)
 	require.Nil(t, err)
-	s.wait(t, 6)
+	s.Wait(t, 6)
 	require.Equal(t, uint64(6), b.LinkStats().RXPackets)
 }
 
 func TestOrderAndBatching(t *testing.T) {
 	a, b := pair(t, nil)
-	s := newSink()
+	s := linktest.NewSink()
 	b.Attach(s)
 	const total = 5000
 	for i := uint32(0); i < total; {
@@ -148,9 +93,9 @@ func TestOrderAndBatching(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	got := s.wait(t, total)
+	got := s.Wait(t, total)
 	for i, p := range got {
-		require.Equal(t, uint32(i), seqOf(p))
+		require.Equal(t, uint32(i), seqOf(p.Data))
 	}
 	st := b.LinkStats()
 	require.Equal(t, uint64(total), st.RXPackets)
@@ -163,7 +108,7 @@ func TestConcurrentWritersConserveAndOrder(t *testing.T) {
 	o.RingSize = 16
 	o.BatchSize = 4
 	a, b := pair(t, &o)
-	s := newSink()
+	s := linktest.NewSink()
 	b.Attach(s)
 	const writers, each = 8, 2000
 	var wg sync.WaitGroup
@@ -187,10 +132,10 @@ func TestConcurrentWritersConserveAndOrder(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	got := s.wait(t, writers*each)
+	got := s.Wait(t, writers*each)
 	next := make(map[uint32]uint32)
 	for _, p := range got {
-		seq := seqOf(p)
+		seq := seqOf(p.Data)
 		w, i := seq>>24, seq&0xffffff
 		require.Equal(t, next[w], i, "writer %d out of order", w)
 		next[w] = i + 1
@@ -227,7 +172,7 @@ func TestCloseRunsActionOnce(t *testing.T) {
 		calls++
 		a.Close() // gVisor's RemoveNIC closes the endpoint again
 	})
-	a.Attach(newSink())
+	a.Attach(linktest.NewSink())
 	a.Close()
 	a.Close()
 	require.Equal(t, 1, calls)
@@ -236,141 +181,14 @@ func TestCloseRunsActionOnce(t *testing.T) {
 
 func TestDetachedCounts(t *testing.T) {
 	a, b := pair(t, nil)
-	s := newSink()
+	s := linktest.NewSink()
 	b.Attach(s)
 	write(a, 0, 1)
-	s.wait(t, 1)
+	s.Wait(t, 1)
 	b.Attach(nil)
 	write(a, 1, 3)
 	require.Eventually(t, func() bool { return b.LinkStats().RXDetached == 2 }, 10*time.Second, time.Millisecond)
-	require.Equal(t, 1, s.count())
-}
-
-func TestImpairments(t *testing.T) {
-	const total = 200
-	for _, tc := range []struct {
-		name  string
-		im    Impairments
-		check func(t *testing.T, got [][]byte, st func() uint64)
-		want  int
-	}{
-		{"loss all", Impairments{Loss: 1}, nil, 0},
-		{"duplicate all", Impairments{Duplicate: 1}, func(t *testing.T, got [][]byte, _ func() uint64) {
-			for i, p := range got {
-				require.Equal(t, uint32(i/2), seqOf(p))
-			}
-		}, 2 * total},
-		{"reorder all", Impairments{Reorder: 1}, func(t *testing.T, got [][]byte, _ func() uint64) {
-			// Every other packet is held and sent after its successor.
-			for i := 0; i < total; i += 2 {
-				require.Equal(t, uint32(i+1), seqOf(got[i]))
-				require.Equal(t, uint32(i), seqOf(got[i+1]))
-			}
-		}, total},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			o := DefaultOptions()
-			o.Impair = tc.im
-			a, b := pair(t, &o)
-			// Queue everything before the receiver starts, so that rounds
-			// are full and the outcome does not depend on scheduling: a
-			// packet held for reordering is released when the ring runs dry.
-			for i := uint32(0); i < total; i++ {
-				n, _ := write(a, i, i+1)
-				require.Equal(t, 1, n)
-			}
-			s := newSink()
-			b.Attach(s)
-			got := s.wait(t, tc.want)
-			if tc.want == 0 {
-				require.Eventually(t, func() bool { return b.LinkStats().ImpairLost == total }, 10*time.Second, time.Millisecond)
-				require.Zero(t, s.count())
-				return
-			}
-			require.Len(t, got, tc.want)
-			tc.check(t, got, nil)
-		})
-	}
-}
-
-func TestCorruptionFlipsOneBitOfACopy(t *testing.T) {
-	o := DefaultOptions()
-	o.ChecksumOffload = false
-	o.Impair = Impairments{Corrupt: 1, Seed: 9}
-	a, b := pair(t, &o)
-	s := newSink()
-	b.Attach(s)
-	sent := packet(1, 256)
-	want := sent.ToBuffer()
-	orig := want.Flatten()
-	want.Release()
-	var l stack.PacketBufferList
-	l.PushBack(sent)
-	n, _ := a.WritePackets(l)
-	require.Equal(t, 1, n)
-	got := s.wait(t, 1)[0]
-	diff := 0
-	for i := range orig {
-		for x := orig[i] ^ got[i]; x != 0; x &= x - 1 {
-			diff++
-		}
-	}
-	require.Equal(t, 1, diff, "exactly one bit flipped")
-	after := sent.ToBuffer()
-	require.Equal(t, orig, after.Flatten(), "the sender's buffer is untouched")
-	after.Release()
-	sent.DecRef()
-}
-
-func TestSeededLossIsDeterministic(t *testing.T) {
-	run := func() []uint32 {
-		o := DefaultOptions()
-		o.Impair = Impairments{Loss: 0.3, Seed: 42}
-		a, b, err := Pair(&o)
-		require.NoError(t, err)
-		defer a.Close()
-		defer b.Close()
-		s := newSink()
-		b.Attach(s)
-		for i := uint32(0); i < 300; i++ {
-			write(a, i, i+1)
-		}
-		require.Eventually(t, func() bool {
-			st := b.LinkStats()
-			return st.RXPackets+st.ImpairLost == 300
-		}, 10*time.Second, time.Millisecond)
-		var seqs []uint32
-		for _, p := range s.wait(t, 0) {
-			seqs = append(seqs, seqOf(p))
-		}
-		return seqs
-	}
-	first := run()
-	require.Less(t, len(first), 300)
-	require.Greater(t, len(first), 100)
-	require.Equal(t, first, run())
-}
-
-func TestDelayHoldsPacketsInOrder(t *testing.T) {
-	o := DefaultOptions()
-	o.Impair = Impairments{Delay: 20 * time.Millisecond, Jitter: 10 * time.Millisecond, Seed: 1}
-	a, b := pair(t, &o)
-	s := newSink()
-	b.Attach(s)
-	var sentAt []time.Time
-	for i := uint32(0); i < 20; i++ {
-		sentAt = append(sentAt, time.Now())
-		write(a, i, i+1)
-	}
-	got := s.wait(t, 20)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, p := range got {
-		require.Equal(t, uint32(i), seqOf(p), "jitter must not reorder")
-		// A lower bound, not a speed: the link may never deliver early.
-		require.GreaterOrEqual(t, s.at[i].Sub(sentAt[i]), o.Impair.Delay)
-	}
-	require.Equal(t, uint64(20), b.LinkStats().ImpairDelayed)
+	require.Equal(t, 1, s.Len())
 }
 
 func TestOptionsValidation(t *testing.T) {
@@ -384,8 +202,6 @@ func TestOptionsValidation(t *testing.T) {
 		{"negative ring", func(o *Options) { o.RingSize = -1 }, "ring"},
 		{"negative batch", func(o *Options) { o.BatchSize = -1 }, "batch"},
 		{"gso without offload", func(o *Options) { o.GSO = true; o.ChecksumOffload = false }, "checksum offload"},
-		{"corrupt with offload", func(o *Options) { o.Impair.Corrupt = 0.1 }, "checksum offload off"},
-		{"loss over 1", func(o *Options) { o.Impair.Loss = 2 }, "loss"},
 		{"negative cost", func(o *Options) { o.TXCost.Call = -1 }, "TX cost"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,8 +9,6 @@ import (
 
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
-
-	"github.com/ustack-dev/ustack/link"
 )
 
 const (
@@ -59,12 +57,10 @@ type Options struct {
 	GSOMaxSize uint32
 	// TXCost is a busy cost charged to the writer, modelling a syscall.
 	TXCost TXCost
-	// Impair injects faults on both directions.
-	Impair Impairments
 }
 
 // DefaultOptions returns the options a nil *Options stands for: a
-// 1500-byte MTU with checksum offload, no GSO, no TX cost, no impairment.
+// 1500-byte MTU with checksum offload, no GSO, no TX cost.
 func DefaultOptions() Options {
 	return Options{
 		RingSize:        DefaultRingSize,
@@ -112,12 +108,6 @@ func (o *Options) normalize() (Options, error) {
 		return r, fmt.Errorf("mem: GSO max size %d: must be from the MTU (%d) to %d", r.GSOMaxSize, r.MTU, DefaultGSOMaxSize)
 	case r.TXCost.Call < 0 || r.TXCost.Packet < 0:
 		return r, fmt.Errorf("mem: TX cost %v: must not be negative", r.TXCost)
-	}
-	if err := r.Impair.Validate(); err != nil {
-		return r, err
-	}
-	if r.Impair.Corrupt > 0 && r.ChecksumOffload {
-		return r, errors.New("mem: corruption needs checksum offload off: with offload nobody verifies checksums, so corrupted data would be accepted as good")
 	}
 	return r, nil
 }
@@ -167,7 +157,3 @@ func (c TXCost) spin(n int) {
 	for start := time.Now(); time.Since(start) < d; {
 	}
 }
-
-// Impairments are the faults each direction's device goroutine injects;
-// the type is shared with the impair wrapper for other endpoints.
-type Impairments = link.Impairments
