@@ -30,7 +30,7 @@ func cfg(test, qdisc string, senders int) Config {
 }
 
 // TestEveryTestAccounts runs each test briefly and checks the structure
-// and the accounting of its result, never its speed.
+// and the accounting of its result (Result.Check), never its speed.
 func TestEveryTestAccounts(t *testing.T) {
 	for _, test := range Tests() {
 		for _, q := range sched.Names() {
@@ -38,47 +38,77 @@ func TestEveryTestAccounts(t *testing.T) {
 				c := cfg(test, q, 3)
 				r, err := Run(context.Background(), c)
 				require.NoError(t, err)
-				require.Equal(t, test, r.Test)
-				require.Equal(t, "mem", r.Link)
-				require.Equal(t, q, r.Qdisc)
-				require.Equal(t, 3, r.Senders)
-				require.Equal(t, DefaultSize(test), r.Size)
-				require.Positive(t, r.DurationS, "the window is measured")
-				require.Positive(t, r.SentPPS, "traffic flowed")
-				if test != UDPStream {
-					// udp_stream has no flow control: behind a queue that
-					// drops (fifo), a starved receiver may get nothing.
-					require.Positive(t, r.RecvPPS)
-					require.Positive(t, r.Gbps)
-				}
-				if test == UDPStream {
-					require.LessOrEqual(t, r.RecvPPS, r.SentPPS, "only datagrams sent in the window are counted")
-					require.InDelta(t, 100*(r.SentPPS-r.RecvPPS)/r.SentPPS, r.LossPct, 1e-6, "loss is what was sent and not received")
-					require.InDelta(t, r.RecvPPS*float64(r.Size)*8/1e9, r.Gbps, 1e-9, "the rate is the datagrams received")
-				}
-				require.GreaterOrEqual(t, r.LossPct, 0.0)
-				require.LessOrEqual(t, r.LossPct, 100.0)
-				require.Positive(t, r.CPUNsPerOp)
-				require.GreaterOrEqual(t, r.VCSW+r.IVCSW, 0.0)
-				require.Equal(t, r.AllocsPerOp > 0, r.BytesPerOp > 0, "allocations and their bytes are counted together (%v, %v)", r.AllocsPerOp, r.BytesPerOp)
-				if runtime.GOOS == "linux" {
-					require.Positive(t, r.PeakRSSMiB, "Linux measures each cell's peak RSS")
-				} else {
-					require.Zero(t, r.PeakRSSMiB, "only Linux can reset the peak per cell")
-				}
-				rr := test == TCPRR || test == UDPRR
-				if rr {
-					require.Positive(t, r.TPS)
-					require.Positive(t, r.P50us)
-					require.LessOrEqual(t, r.P50us, r.P99us)
-					require.LessOrEqual(t, r.P99us, r.P999us)
-					require.InDelta(t, r.TPS*float64(r.Size)*8/1e9, r.Gbps, 1e-9)
-				} else {
-					require.Zero(t, r.TPS)
-					require.Zero(t, r.P50us)
-				}
+				require.NoError(t, r.Check(c))
 			})
 		}
+	}
+}
+
+// TestCheckNamesTheInvariant: Check passes a consistent result and names
+// each invariant a result can break.
+func TestCheckNamesTheInvariant(t *testing.T) {
+	stream := cfg(UDPStream, sched.FIFO, 2)
+	good := Result{Test: UDPStream, Link: "mem", Qdisc: sched.FIFO, Senders: 2, Size: DefaultSize(UDPStream), Cache: stream.Cache.String(),
+		DurationS: 0.05, SentPPS: 1000, RecvPPS: 750, LossPct: 25, CPUNsPerOp: 900, AllocsPerOp: 1, BytesPerOp: 64, VCSW: 3}
+	good.Gbps = good.RecvPPS * float64(good.Size) * 8 / 1e9
+	if runtime.GOOS == "linux" {
+		good.PeakRSSMiB = 20
+	}
+	require.NoError(t, good.Check(stream))
+
+	rr := cfg(TCPRR, sched.FIFO, 2)
+	goodRR := good
+	goodRR.Test, goodRR.Size, goodRR.LossPct = TCPRR, DefaultSize(TCPRR), 0
+	goodRR.TPS, goodRR.P50us, goodRR.P99us, goodRR.P999us = 500, 10, 20, 20
+	goodRR.Gbps = goodRR.TPS * float64(goodRR.Size) * 8 / 1e9
+	require.NoError(t, goodRR.Check(rr))
+
+	kveth := Config{Test: UDPStream, Link: "kveth", Qdisc: KernelQdisc, Senders: 2}
+	goodKveth := good
+	goodKveth.Link, goodKveth.Qdisc, goodKveth.Cache = "kveth", KernelQdisc, "-"
+	require.NoError(t, goodKveth.Check(kveth))
+
+	for _, tc := range []struct {
+		name string
+		c    Config
+		r    Result
+		mod  func(*Result)
+		want string
+	}{
+		{"another cell", stream, good, func(r *Result) { r.Qdisc = sched.None }, "is not cell"},
+		{"senders", stream, good, func(r *Result) { r.Senders = 3 }, "senders 3"},
+		{"size", stream, good, func(r *Result) { r.Size = 7 }, "size 7"},
+		{"cache", stream, good, func(r *Result) { r.Cache = "" }, "cache"},
+		{"kveth cache", kveth, goodKveth, func(r *Result) { r.Cache = "on" }, `want "-"`},
+		{"window", stream, good, func(r *Result) { r.DurationS = 0 }, "window"},
+		{"nothing sent", stream, good, func(r *Result) { r.SentPPS = 0 }, "no traffic flowed"},
+		{"received more than sent", stream, good, func(r *Result) { r.RecvPPS = 2000 }, "more than"},
+		{"loss", stream, good, func(r *Result) { r.LossPct = 10 }, "not received"},
+		{"udp rate", stream, good, func(r *Result) { r.Gbps *= 2 }, "datagrams received"},
+		{"nothing arrived", rr, goodRR, func(r *Result) { r.RecvPPS = 0 }, "no traffic arrived"},
+		{"no payload", rr, goodRR, func(r *Result) { r.Gbps = 0 }, "no payload"},
+		{"loss share", rr, goodRR, func(r *Result) { r.LossPct = 101 }, "not a share"},
+		{"cpu", stream, good, func(r *Result) { r.CPUNsPerOp = 0 }, "CPU"},
+		{"negative allocs", stream, good, func(r *Result) { r.AllocsPerOp, r.BytesPerOp = -1, -1 }, "negative allocations"},
+		{"allocs without bytes", stream, good, func(r *Result) { r.BytesPerOp = 0 }, "counted together"},
+		{"context switches", stream, good, func(r *Result) { r.IVCSW = -1 }, "context switches"},
+		{"peak rss", stream, good, func(r *Result) {
+			if r.PeakRSSMiB > 0 { // Linux: required
+				r.PeakRSSMiB = 0
+			} else { // elsewhere: cannot be measured
+				r.PeakRSSMiB = 5
+			}
+		}, "peak RSS"},
+		{"no transactions", rr, goodRR, func(r *Result) { r.TPS = 0 }, "no transactions"},
+		{"percentiles", rr, goodRR, func(r *Result) { r.P99us = 5 }, "out of order"},
+		{"rr rate", rr, goodRR, func(r *Result) { r.Gbps *= 2 }, "transactions make"},
+		{"latency on a stream", stream, good, func(r *Result) { r.P50us = 3 }, "stream test"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tc.r
+			tc.mod(&r)
+			require.ErrorContains(t, r.Check(tc.c), tc.want)
+		})
 	}
 }
 

@@ -4,7 +4,6 @@ package afpacket
 
 import (
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,25 +11,10 @@ import (
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
-	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/ustack-dev/ustack/link/linktest"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
-
-// counter is a dispatcher that only counts, allocating nothing.
-type counter struct{ n atomic.Uint64 }
-
-func (c *counter) DeliverNetworkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) { c.n.Add(1) }
-func (*counter) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer)      {}
-
-// holder is a dispatcher that keeps a reference to every packet, as a
-// socket queue does until the application reads.
-type holder struct{ pkts []*stack.PacketBuffer }
-
-func (h *holder) DeliverNetworkPacket(_ tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
-	h.pkts = append(h.pkts, pkt.IncRef())
-}
-func (*holder) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {}
 
 // udpFrame is a received frame: a virtio-net header, Ethernet, IPv4, UDP
 // from port sport with payload.
@@ -55,7 +39,7 @@ func TestRXSteadyStateAllocs(t *testing.T) {
 	}
 	for _, noCache := range []bool{false, true} {
 		e, far := testEndpoint(t, &Options{NoCache: noCache}, 0)
-		c := &counter{}
+		c := &linktest.Counter{}
 		e.AttachAndStart(c, func() {}) // rounds are driven by hand
 		q := e.queues[0]
 		f := udpFrame(1, make([]byte, 100))
@@ -68,7 +52,7 @@ func TestRXSteadyStateAllocs(t *testing.T) {
 				}
 			}
 			want += batch
-			for c.n.Load() < want {
+			for c.Count() < want {
 				q.busyPoll()
 			}
 			parkRound(q) // as the receive goroutine does before it parks
@@ -85,7 +69,7 @@ func TestRXSteadyStateAllocs(t *testing.T) {
 // before delivery, so the batch can be the cache's again at once).
 func TestRXLandingBatchNotReusedWhileReferenced(t *testing.T) {
 	e, far := testEndpoint(t, nil, 0)
-	h := &holder{}
+	h := &linktest.Sink{Hold: true}
 	e.AttachAndStart(h, func() {})
 	q := e.queues[0]
 	payload := func(i int) []byte {
@@ -101,14 +85,15 @@ func TestRXLandingBatchNotReusedWhileReferenced(t *testing.T) {
 			_, err := unix.Write(far[0], udpFrame(uint16(r*per+i), payload(r*per+i)))
 			require.NoError(t, err)
 		}
-		for len(h.pkts) < (r+1)*per {
+		for h.Len() < (r+1)*per {
 			q.busyPoll()
 		}
 		parkRound(q)
 	}
-	defer release(h.pkts)
-	require.Len(t, h.pkts, rounds*per)
-	for i, pkt := range h.pkts {
+	defer h.Release()
+	held := h.Held()
+	require.Len(t, held, rounds*per)
+	for i, pkt := range held {
 		b := pkt.Data().AsRange().ToSlice()
 		require.Equal(t, payload(i), b[header.IPv4MinimumSize+header.UDPMinimumSize:], "packet %d intact", i)
 	}
@@ -120,12 +105,12 @@ func TestRXLandingBatchNotReusedWhileReferenced(t *testing.T) {
 // holds no landing batch; the next round gets a fresh one.
 func TestRXIdleLandingBatchReleased(t *testing.T) {
 	e, far := testEndpoint(t, nil, 0)
-	c := &counter{}
+	c := &linktest.Counter{}
 	e.AttachAndStart(c, func() {})
 	q := e.queues[0]
 	_, err := unix.Write(far[0], udpFrame(1, []byte("x")))
 	require.NoError(t, err)
-	for c.n.Load() < 1 {
+	for c.Count() < 1 {
 		q.busyPoll()
 	}
 	parkRound(q)
@@ -137,7 +122,7 @@ func TestRXIdleLandingBatchReleased(t *testing.T) {
 	require.EqualValues(t, 1, e.CacheStats().Released)
 	_, err = unix.Write(far[0], udpFrame(2, []byte("y")))
 	require.NoError(t, err)
-	for c.n.Load() < 2 {
+	for c.Count() < 2 {
 		q.busyPoll()
 	}
 	parkRound(q)

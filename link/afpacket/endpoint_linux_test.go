@@ -4,7 +4,6 @@ package afpacket
 
 import (
 	"bytes"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/link/linktest"
 	"github.com/ustack-dev/ustack/link/vnet"
 	"github.com/ustack-dev/ustack/sched"
 )
@@ -55,39 +55,6 @@ func testEndpoint(t *testing.T, o *Options, sndBuf int) (*Endpoint, []int) {
 		}
 	})
 	return e, far
-}
-
-// sink is a NetworkDispatcher that records what it is given.
-type sink struct {
-	mu   sync.Mutex
-	pkts []delivered
-}
-
-type delivered struct {
-	proto   tcpip.NetworkProtocolNumber
-	link    []byte
-	payload []byte
-	pktType tcpip.PacketType
-}
-
-func (s *sink) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
-	d := delivered{
-		proto:   proto,
-		link:    bytes.Clone(pkt.LinkHeader().Slice()),
-		payload: pkt.Data().AsRange().ToSlice(),
-		pktType: pkt.PktType,
-	}
-	s.mu.Lock()
-	s.pkts = append(s.pkts, d)
-	s.mu.Unlock()
-}
-
-func (*sink) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {}
-
-func (s *sink) got() []delivered {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]delivered(nil), s.pkts...)
 }
 
 // eventually waits for cond, which reads the endpoint's counters.
@@ -192,7 +159,7 @@ func TestParseHeaderRoundTrip(t *testing.T) {
 
 func TestRXDeliversAndCounts(t *testing.T) {
 	e, far := testEndpoint(t, nil, 0)
-	s := &sink{}
+	s := linktest.NewSink()
 	e.Attach(s)
 	require.True(t, e.IsAttached())
 	good := frame(header.IPv4ProtocolNumber, ip4(header.TCPProtocolNumber, 1, 2, []byte("hello"), "full"))
@@ -219,13 +186,13 @@ func TestRXDeliversAndCounts(t *testing.T) {
 	require.NotZero(t, st.RXRounds)
 	require.GreaterOrEqual(t, st.RXSyscalls, st.RXRounds)
 
-	got := s.got()
+	got := s.Wait(t, 2)
 	require.Len(t, got, 2)
-	require.Equal(t, header.IPv4ProtocolNumber, got[0].proto)
-	require.Equal(t, good[:linkHdrLen], got[0].link, "link header set")
-	require.Equal(t, good[linkHdrLen:], got[0].payload)
-	require.Equal(t, tcpip.PacketHost, got[0].pktType)
-	require.Equal(t, header.ARPProtocolNumber, got[1].proto)
+	require.Equal(t, header.IPv4ProtocolNumber, got[0].Proto)
+	require.Equal(t, good[:linkHdrLen], got[0].LinkHeader, "link header set")
+	require.Equal(t, good[linkHdrLen:], got[0].Payload)
+	require.Equal(t, tcpip.PacketHost, got[0].PktType)
+	require.Equal(t, header.ARPProtocolNumber, got[1].Proto)
 }
 
 func TestRXBatches(t *testing.T) {
@@ -237,19 +204,19 @@ func TestRXBatches(t *testing.T) {
 		_, err := unix.Write(far[0], withVnet(vnet.Header{}, f))
 		require.NoError(t, err)
 	}
-	s := &sink{}
+	s := linktest.NewSink()
 	e.Attach(s)
 	eventually(t, func() bool { return e.LinkStats().RXPackets == frames }, "all frames delivered")
 	st := e.LinkStats()
 	require.Equal(t, uint64(3), st.RXRounds, "20 waiting frames in rounds of at most 8")
-	for i, d := range s.got() {
-		require.Equal(t, uint16(i), header.UDP(d.payload[header.IPv4MinimumSize:]).SourcePort(), "order kept")
+	for i, d := range s.Wait(t, frames) {
+		require.Equal(t, uint16(i), header.UDP(d.Payload[header.IPv4MinimumSize:]).SourcePort(), "order kept")
 	}
 }
 
 func TestRXDetached(t *testing.T) {
 	e, far := testEndpoint(t, nil, 0)
-	e.Attach(&sink{})
+	e.Attach(linktest.NewSink())
 	e.Attach(nil)
 	require.False(t, e.IsAttached())
 	f := withVnet(vnet.Header{}, frame(header.IPv4ProtocolNumber, ip4(header.UDPProtocolNumber, 1, 2, nil, "full")))
@@ -463,7 +430,7 @@ func TestCloseIsIdempotentAndRefusesWrites(t *testing.T) {
 		actions.Add(1)
 		e.Close() // gVisor's action removes the NIC, which closes again
 	})
-	e.Attach(&sink{}) // an RX goroutine is parked in the netpoller
+	e.Attach(linktest.NewSink()) // an RX goroutine is parked in the netpoller
 	done := make(chan struct{})
 	go func() {
 		e.Close()
@@ -487,7 +454,7 @@ func TestCloseIsIdempotentAndRefusesWrites(t *testing.T) {
 	require.Equal(t, uint64(2), st.TXClosed)
 	require.Equal(t, uint64(1), st.TXCalls)
 	require.NoError(t, e.Err(), "Close is not a device failure")
-	e.Attach(&sink{}) // after Close: starts nothing
+	e.Attach(linktest.NewSink()) // after Close: starts nothing
 }
 
 // TestTXDeviceGone: a send the kernel fails because the interface is gone

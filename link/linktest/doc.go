@@ -14,6 +14,8 @@
 //     source, writability signal, link and cache counters, GSO, Err), each
 //     call counted, to check that a wrapper passes them through.
 //
-// Users: the tests of link/mem, link/impair, sched, stack and poll. The
-// doubles are safe for concurrent use and hold no goroutine.
+// Users: the tests of link/mem (including its busy-poll tests),
+// link/impair, link/tun, link/afpacket and sched. Package poll's own tests
+// cannot use it, since it imports poll. The doubles are safe for
+// concurrent use and hold no goroutine.
 package linktest

@@ -4,35 +4,16 @@ package tun
 
 import (
 	"bytes"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
-	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
-	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/ustack-dev/ustack/link/linktest"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
-
-// countingSink is a dispatcher that only counts, allocating nothing.
-type countingSink struct{ n atomic.Uint64 }
-
-func (c *countingSink) DeliverNetworkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {
-	c.n.Add(1)
-}
-func (*countingSink) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {}
-
-// holdingSink keeps a reference to every packet, as a socket queue does
-// until the application reads.
-type holdingSink struct{ pkts []*stack.PacketBuffer }
-
-func (h *holdingSink) DeliverNetworkPacket(_ tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
-	h.pkts = append(h.pkts, pkt.IncRef())
-}
-func (*holdingSink) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {}
 
 // parkQueue is what the receive goroutine does when it finds the queue
 // empty: its landing buffers go back to the cache, parked.
@@ -52,7 +33,7 @@ func TestTunRXSteadyStateAllocs(t *testing.T) {
 		o := DefaultOptions()
 		o.NoCache = noCache
 		e, peers := pairEndpoint(t, 1, fullOffloads, &o)
-		c := &countingSink{}
+		c := &linktest.Counter{}
 		e.AttachAndStart(c, func() {}) // rounds are driven by hand
 		q := e.queues[0]
 		f := frame(vnet.Header{Flags: vnet.FlagDataValid}, tcp4Packet(make([]byte, 100), 1))
@@ -65,7 +46,7 @@ func TestTunRXSteadyStateAllocs(t *testing.T) {
 				}
 			}
 			want += batch
-			for c.n.Load() < want {
+			for c.Count() < want {
 				q.busyPoll()
 			}
 			parkQueue(q)
@@ -80,7 +61,7 @@ func TestTunRXSteadyStateAllocs(t *testing.T) {
 // split reuses the same cached buffer.
 func TestTunUSOBufferNotReusedWhileReferenced(t *testing.T) {
 	e, peers := pairEndpoint(t, 1, fullOffloads, nil)
-	h := &holdingSink{}
+	h := &linktest.Sink{Hold: true}
 	e.AttachAndStart(h, func() {})
 	q := e.queues[0]
 	const supers = 4
@@ -88,18 +69,15 @@ func TestTunUSOBufferNotReusedWhileReferenced(t *testing.T) {
 		super, vh := udpSuper(false, bytes.Repeat([]byte{byte(i + 1)}, 2500))
 		_, err := unix.Write(peers[0], frame(vh, super))
 		require.NoError(t, err)
-		for len(h.pkts) < (i+1)*3 {
+		for h.Len() < (i+1)*3 {
 			q.busyPoll()
 		}
 		parkQueue(q)
 	}
-	defer func() {
-		for _, p := range h.pkts {
-			p.DecRef()
-		}
-	}()
-	require.Len(t, h.pkts, supers*3)
-	for i, pkt := range h.pkts {
+	defer h.Release()
+	held := h.Held()
+	require.Len(t, held, supers*3)
+	for i, pkt := range held {
 		b := pkt.Data().AsRange().ToSlice()
 		payload := b[header.IPv4MinimumSize+header.UDPMinimumSize:]
 		require.Equal(t, bytes.Repeat([]byte{byte(i/3 + 1)}, len(payload)), payload, "datagram %d intact", i)
@@ -111,13 +89,13 @@ func TestTunUSOBufferNotReusedWhileReferenced(t *testing.T) {
 // DefaultIdleAfter holds no landing buffer; the next round gets a fresh one.
 func TestTunIdleBuffersReleased(t *testing.T) {
 	e, peers := pairEndpoint(t, 1, fullOffloads, nil)
-	c := &countingSink{}
+	c := &linktest.Counter{}
 	e.AttachAndStart(c, func() {})
 	q := e.queues[0]
 	f := frame(vnet.Header{Flags: vnet.FlagDataValid}, tcp4Packet([]byte("x"), 1))
 	_, err := unix.Write(peers[0], f)
 	require.NoError(t, err)
-	for c.n.Load() < 1 {
+	for c.Count() < 1 {
 		q.busyPoll()
 	}
 	parkQueue(q)
@@ -127,7 +105,7 @@ func TestTunIdleBuffersReleased(t *testing.T) {
 	require.EqualValues(t, 1, e.CacheStats().Released)
 	_, err = unix.Write(peers[0], f)
 	require.NoError(t, err)
-	for c.n.Load() < 2 {
+	for c.Count() < 2 {
 		q.busyPoll()
 	}
 	parkQueue(q)

@@ -17,6 +17,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/link/linktest"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
 
@@ -156,7 +157,7 @@ func TestTunReceiveLoop(t *testing.T) {
 	o := DefaultOptions()
 	o.RXBatch = 4
 	e, peers := pairEndpoint(t, 2, fullOffloads, &o)
-	r := newRecorder()
+	r := linktest.NewSink()
 	e.Attach(r)
 	require.True(t, e.IsAttached())
 	want := map[string]bool{}
@@ -166,9 +167,10 @@ func TestTunReceiveLoop(t *testing.T) {
 		_, err := unix.Write(peers[i%2], frame(vnet.Header{Flags: vnet.FlagDataValid}, p))
 		require.NoError(t, err)
 	}
-	waitFor(t, func() bool { return len(r.got()) == 20 }, "20 packets delivered")
-	for _, p := range r.got() {
-		require.True(t, want[string(p)], "unexpected packet % x", p)
+	got := r.Wait(t, 20)
+	require.Len(t, got, 20)
+	for _, p := range got {
+		require.True(t, want[string(p.Data)], "unexpected packet % x", p.Data)
 	}
 	s := e.LinkStats()
 	require.Equal(t, uint64(20), s.RXPackets)
@@ -195,7 +197,7 @@ func TestTunReceiveLoop(t *testing.T) {
 
 func TestTunCloseRunsActionAndStopsParkedGoroutines(t *testing.T) {
 	e, _ := pairEndpoint(t, 3, fullOffloads, nil)
-	e.Attach(newRecorder())
+	e.Attach(linktest.NewSink())
 	ran := 0
 	e.SetOnCloseAction(func() { ran++ })
 	done := make(chan struct{})
@@ -212,8 +214,7 @@ func TestTunCloseRunsActionAndStopsParkedGoroutines(t *testing.T) {
 
 func TestTunReadFailureStopsQueue(t *testing.T) {
 	e, peers := pairEndpoint(t, 2, fullOffloads, nil)
-	r := newRecorder()
-	e.Attach(r)
+	e.Attach(linktest.NewSink())
 	// The peer going away makes the socket read end of file, as deleting
 	// the device makes a TUN queue read EBADFD: the queue's goroutine must
 	// stop (not spin on a descriptor that polls readable forever) and the
@@ -443,7 +444,7 @@ func TestTunReceive(t *testing.T) {
 	q.receive(frame(vnet.Header{}, good))
 	require.Equal(t, uint64(1), e.LinkStats().RXDetached, "no dispatcher yet")
 
-	r := newRecorder()
+	r := linktest.NewSink()
 	e.AttachAndStart(r, func() {})                                // deliver without starting the receive goroutines
 	q.receive(frame(vnet.Header{}, good))                         // verified, delivered
 	q.receive(frame(vnet.Header{}, bad))                          // bad checksum
@@ -455,12 +456,12 @@ func TestTunReceive(t *testing.T) {
 	q.receive(frame(vnet.Header{Flags: vnet.FlagDataValid}, []byte{0x15, 0}))                      // not IP
 	q.receive(make([]byte, rxBufSize))                                                             // truncated read
 
-	got := r.got()
+	got := r.Packets()
 	require.Len(t, got, 1+1+3+1)
-	require.Equal(t, good, got[0])
-	require.Equal(t, bad, got[1])
-	require.Equal(t, tso, got[len(got)-1], "a TCP super-segment is delivered whole")
-	require.Equal(t, header.IPv6ProtocolNumber, r.proto[2])
+	require.Equal(t, good, got[0].Data)
+	require.Equal(t, bad, got[1].Data)
+	require.Equal(t, tso, got[len(got)-1].Data, "a TCP super-segment is delivered whole")
+	require.Equal(t, header.IPv6ProtocolNumber, got[2].Proto)
 
 	s := e.LinkStats()
 	require.Equal(t, uint64(len(got)), s.RXPackets)
@@ -473,14 +474,17 @@ func TestTunReceive(t *testing.T) {
 
 func TestTunReceiveWithoutVNetHeader(t *testing.T) {
 	e, q := detachedEndpoint(t, Offloads{})
-	r := newRecorder()
+	r := linktest.NewSink()
 	e.AttachAndStart(r, func() {}) // deliver without starting the receive goroutines
 	good := tcp4Packet([]byte("x"), 1)
 	bad := bytes.Clone(good)
 	bad[len(bad)-1] ^= 1
 	q.receive(good)
 	q.receive(bad) // gVisor verifies: the endpoint claims no offload
-	require.Equal(t, [][]byte{good, bad}, r.got())
+	got := r.Packets()
+	require.Len(t, got, 2)
+	require.Equal(t, good, got[0].Data)
+	require.Equal(t, bad, got[1].Data)
 	require.Equal(t, stack.CapabilityNone, e.Capabilities())
 	require.Equal(t, stack.GSONotSupported, e.SupportedGSO())
 	require.Zero(t, e.GSOMaxSize())
@@ -523,10 +527,11 @@ func FuzzTunReceive(f *testing.F) {
 	f.Add([]byte{0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, q := detachedEndpoint(t, Offloads{VNetHeader: true, Checksum: true, TSO4: true, TSO6: true, USO4: true, USO6: true})
-		r := newRecorder()
+		r := linktest.NewSink()
 		e.AttachAndStart(r, func() {}) // deliver without starting the receive goroutines
 		q.receive(b)
-		for _, p := range r.got() {
+		for _, pkt := range r.Packets() {
+			p := pkt.Data
 			if v := header.IPVersion(p); v != header.IPv4Version && v != header.IPv6Version {
 				t.Fatalf("delivered a non-IP packet % x", p)
 			}

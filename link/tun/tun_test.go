@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
-	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/internal/leakcheck"
 	"github.com/ustack-dev/ustack/link"
@@ -268,38 +266,6 @@ func TestTunSplitUSOMalformed(t *testing.T) {
 	}
 	_, err := splitUSO(h, ip, make([]byte, 100), func(int) {}, func([]byte) {})
 	require.ErrorContains(t, err, "datagram buffer")
-}
-
-// recorder is a dispatcher that keeps a copy of every packet delivered.
-type recorder struct {
-	mu    sync.Mutex
-	pkts  [][]byte
-	proto []tcpip.NetworkProtocolNumber
-	ch    chan struct{}
-}
-
-func newRecorder() *recorder { return &recorder{ch: make(chan struct{}, 1<<16)} }
-
-func (r *recorder) DeliverNetworkPacket(p tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
-	b := pkt.ToBuffer()
-	data := b.Flatten()
-	b.Release()
-	r.mu.Lock()
-	r.pkts = append(r.pkts, data)
-	r.proto = append(r.proto, p)
-	r.mu.Unlock()
-	select {
-	case r.ch <- struct{}{}:
-	default:
-	}
-}
-
-func (*recorder) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {}
-
-func (r *recorder) got() [][]byte {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([][]byte(nil), r.pkts...)
 }
 
 // tcp4Packet builds an IPv4 TCP packet with correct checksums.
