@@ -27,8 +27,9 @@ type Stack struct {
 	s *gstack.Stack
 
 	udpRecvErr bool
-	poller     *poll.Poller // busy polling; Mode off when disabled
-	cache      bool         // conns keep their scratch (Options.Cache)
+	poller     *poll.Poller   // busy polling; Mode off when disabled
+	cache      bool           // conns keep their scratch (Options.Cache)
+	relay      *relayHandlers // Options.Relay: nil when off
 
 	mu     sync.Mutex // guards nics and closed
 	nics   []*nic
@@ -81,7 +82,11 @@ func New(opts *Options) (*Stack, error) {
 		s.Destroy()
 		return nil, err
 	}
-	return &Stack{s: s, udpRecvErr: o.UDPRecvErr, poller: p, cache: o.Cache.On()}, nil
+	st := &Stack{s: s, udpRecvErr: o.UDPRecvErr, poller: p, cache: o.Cache.On()}
+	if o.Relay {
+		st.relay = installRelayHandlers(s)
+	}
+	return st, nil
 }
 
 // Caching reports whether buffer caching is on (Options.Cache), for
