@@ -113,10 +113,10 @@ func copySplice(a, b net.Conn) error {
 			abort()
 			return err
 		}
+		// Pass the half-close on; a conn that cannot half-close ends
+		// when the other direction does.
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 			cw.CloseWrite()
-		} else {
-			dst.Close()
 		}
 		return nil
 	}
