@@ -91,7 +91,9 @@ func (e *echoRelay) send(req *PingRequest) {
 	}
 	if _, err := conn.WriteTo(out, &net.IPAddr{IP: req.dst.AsSlice()}); err != nil {
 		f.refuse(HostError)
+		return
 	}
+	f.c.echoUp.Add(1)
 }
 
 // connLocked returns the family's raw socket, opening it (and starting its

@@ -232,10 +232,8 @@ func (f *Forwarder) openLocked(p Protocol, src, dst netip.AddrPort) (*flow, Reas
 	f.c.mem.Add(cost)
 	fl := &flow{f: f, proto: p, src: src, dst: dst, opened: time.Now(), cost: cost}
 	f.flows[fl] = struct{}{}
-	if p == TCP {
-		f.c.tcpOpened.Add(1)
-	} else {
-		f.c.udpOpened.Add(1)
+	if p == UDP {
+		f.c.udpOpened.Add(1) // TCP counts once established (newConn)
 	}
 	return fl, 0, true
 }

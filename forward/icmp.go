@@ -109,7 +109,6 @@ func (f *Forwarder) handleEcho(id gstack.TransportEndpointID, pkt *gstack.Packet
 	if len(msg) < header.ICMPv4MinimumSize {
 		return true
 	}
-	f.c.echoUp.Add(1)
 	f.ping.HandlePing(&PingRequest{f: f, nic: pkt.NICID, src: addrOf(id.RemoteAddress), dst: addrOf(id.LocalAddress), msg: msg})
 	return true
 }

@@ -69,7 +69,7 @@ func Reasons() []Reason {
 // Down what was sent to them.
 type Stats struct {
 	// TCPFlows and UDPFlows are open now (TCP: half-open included);
-	// TCPOpened and UDPOpened ever.
+	// TCPOpened (established: accepted or dialed) and UDPOpened ever.
 	TCPFlows, UDPFlows   int64
 	TCPOpened, UDPOpened uint64
 	// HalfOpen is TCP connections waiting for their handler.
@@ -89,8 +89,9 @@ type Stats struct {
 	// UDPDropped counts datagrams lost: a flow's queue or a host socket's
 	// buffer was full, or a reply did not fit the NIC's MTU.
 	UDPDropped uint64
-	// EchoUp and EchoDown count ICMP echo requests handed to the
-	// handler's HandlePing and replies sent back.
+	// EchoUp counts ICMP echo requests Relay sent on (another
+	// PingHandler's are not counted), EchoDown replies sent back
+	// (PingRequest.Reply).
 	EchoUp, EchoDown uint64
 	// DNSQueries counts flows and datagrams Relay sent to a DNS upstream
 	// (Policy.DNS).

@@ -209,6 +209,7 @@ func (f *Forwarder) newConn(wq *waiter.Queue, ep tcpip.Endpoint, fl *flow) *conn
 			so.SetReceiveBufferSize(int64(b), true)
 		}
 	}
+	f.c.tcpOpened.Add(1)
 	c := &conn{Conn: f.st.NewTCPConn(wq, ep), ep: ep, wq: wq, fl: fl}
 	fl.setAbort(ep, ep.Abort)
 	return c
