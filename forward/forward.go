@@ -197,7 +197,7 @@ const (
 type flow struct {
 	f        *Forwarder
 	proto    Protocol
-	src, dst netip.AddrPort
+	src, dst netip.AddrPort // guarded by f.mu (a dialed flow learns src)
 	opened   time.Time
 	cost     int64
 	rx, tx   atomic.Uint64 // bytes from and to the stack's peer
@@ -293,6 +293,13 @@ func (fl *flow) setAbort(ep tcpip.Endpoint, abort func()) bool {
 	return true
 }
 
+// setSrc records a dialed flow's source once it is known.
+func (fl *flow) setSrc(src netip.AddrPort) {
+	fl.f.mu.Lock()
+	fl.src = src
+	fl.f.mu.Unlock()
+}
+
 // FlowInfo describes one open flow.
 type FlowInfo struct {
 	Protocol Protocol
@@ -313,18 +320,19 @@ type FlowInfo struct {
 func (f *Forwarder) Flows() iter.Seq[FlowInfo] {
 	return func(yield func(FlowInfo) bool) {
 		type snap struct {
-			fl *flow
-			ep tcpip.Endpoint
+			fl       *flow
+			src, dst netip.AddrPort
+			ep       tcpip.Endpoint
 		}
 		f.mu.Lock()
 		all := make([]snap, 0, len(f.flows))
 		for fl := range f.flows {
-			all = append(all, snap{fl, fl.ep})
+			all = append(all, snap{fl, fl.src, fl.dst, fl.ep})
 		}
 		f.mu.Unlock()
 		for _, s := range all {
 			fl := s.fl
-			fi := FlowInfo{Protocol: fl.proto, Src: fl.src, Dst: fl.dst, Opened: fl.opened, BytesUp: fl.rx.Load(), BytesDown: fl.tx.Load()}
+			fi := FlowInfo{Protocol: fl.proto, Src: s.src, Dst: s.dst, Opened: fl.opened, BytesUp: fl.rx.Load(), BytesDown: fl.tx.Load()}
 			if s.ep != nil {
 				var info tcpip.TCPInfoOption
 				if err := s.ep.GetSockOpt(&info); err == nil {

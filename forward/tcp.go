@@ -185,7 +185,7 @@ func (f *Forwarder) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, 
 		return nil, opErr(errors.New(terr.String()))
 	}
 	if la, err := ep.GetLocalAddress(); err == nil {
-		fl.src = netip.AddrPortFrom(addrOf(la.Addr), la.Port)
+		fl.setSrc(netip.AddrPortFrom(addrOf(la.Addr), la.Port))
 	}
 	return f.newConn(wq, ep, fl), nil
 }

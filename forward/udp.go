@@ -413,7 +413,7 @@ func (f *Forwarder) DialUDP(dst netip.AddrPort) (net.Conn, error) {
 		return nil, err
 	}
 	if la, ok := c.LocalAddr().(*net.UDPAddr); ok {
-		fl.src = la.AddrPort()
+		fl.setSrc(la.AddrPort())
 	}
 	uc := &udpConn{UDPConn: c, fl: fl}
 	fl.setAbort(nil, func() { c.Close() })
