@@ -493,3 +493,48 @@ func TestCloseWithOpenFlows(t *testing.T) {
 	require.Zero(t, st.MemoryReserved)
 	require.NoError(t, e.fw.Close(), "idempotent")
 }
+
+// pinger answers every echo request itself, from the address pinged.
+type pinger struct {
+	funcs
+	seen chan netip.Addr
+}
+
+func (p pinger) HandlePing(req *PingRequest) {
+	p.seen <- req.Dst()
+	reply := append([]byte(nil), req.Message()...)
+	req.Reply(req.Dst(), reply) // Reply sets the type, identifier and checksum
+}
+
+func TestPingHandler(t *testing.T) {
+	p := pinger{seen: make(chan netip.Addr, 4)}
+	e := newEnv(t, p, nil)
+	for _, dst := range []netip.Addr{netip.MustParseAddr("203.0.113.5"), netip.MustParseAddr("fd00:203::5")} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := e.A.Ping(ctx, dst, []byte("are you there"))
+		cancel()
+		require.NoError(t, err, "ping %v answered by the handler", dst)
+		require.Equal(t, dst, <-p.seen)
+	}
+	require.Equal(t, uint64(2), e.fw.Stats().EchoDown)
+	// B's own address is answered by gVisor, not the handler.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := e.A.Ping(ctx, stacktest.B4, nil)
+	require.NoError(t, err)
+	require.Empty(t, p.seen)
+}
+
+func TestPingWithoutHandler(t *testing.T) {
+	e := newEnv(t, funcs{}, nil)
+	// No PingHandler: a ping to an address B does not own goes unanswered
+	// (B must not fake reachability); B's own address answers.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err := e.A.Ping(ctx, netip.MustParseAddr("203.0.113.5"), nil)
+	cancel()
+	require.Error(t, err)
+	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = e.A.Ping(ctx, stacktest.B6, nil)
+	require.NoError(t, err)
+}

@@ -170,3 +170,42 @@ func TestRelayGenericDialer(t *testing.T) {
 	require.Eventually(t, func() bool { return e.fw.Stats().Refused[Unsupported] == 1 }, 10*time.Second, time.Millisecond,
 		"UDP through a TCP-only dialer is refused and counted")
 }
+
+// listenDialer is a dialer with ListenPacket (PacketListener) that is not
+// a *net.Dialer: Relay carries UDP through its packet conns.
+type listenDialer struct {
+	net.Dialer
+	net.ListenConfig
+}
+
+func TestRelayPacketListener(t *testing.T) {
+	uc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer uc.Close()
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := uc.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			uc.WriteToUDPAddrPort(buf[:n], from)
+		}
+	}()
+	e := newEnv(t, Relay(&listenDialer{}, &Policy{HostLoopback: []netip.Addr{gateway}, AllowHostLoopback: true}), nil)
+	pc, err := e.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 0))
+	require.NoError(t, err)
+	defer pc.Close()
+	dst := netip.AddrPortFrom(gateway, uint16(uc.LocalAddr().(*net.UDPAddr).Port))
+	buf := make([]byte, 100)
+	for _, msg := range []string{"one", "two"} {
+		_, err = pc.WriteTo([]byte(msg), net.UDPAddrFromAddrPort(dst))
+		require.NoError(t, err)
+		pc.SetReadDeadline(time.Now().Add(30 * time.Second))
+		n, from, err := pc.ReadFrom(buf)
+		require.NoError(t, err)
+		require.Equal(t, msg, string(buf[:n]))
+		require.Equal(t, dst, from.(*net.UDPAddr).AddrPort())
+	}
+	require.Equal(t, uint64(1), e.fw.Stats().UDPOpened, "one flow for the socket")
+}
