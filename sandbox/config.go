@@ -103,8 +103,9 @@ type Config struct {
 	// Limits; zero means the default, negative means none.
 	MaxFlows, MaxTCP, MaxUDP, MaxHalfOpen int
 	// MemoryBudget bounds the buffers open flows reserve, in bytes (see
-	// forward.Options.MemoryBudget); zero means
-	// forward.DefaultMemoryBudget, negative none.
+	// forward.Options.MemoryBudget: a TCP flow reserves twice TCPBuffer).
+	// Zero or negative means none: the flow limits bound the sandbox's
+	// memory already, as before the budget existed.
 	MemoryBudget int64
 	// TCPBuffer is the most gVisor buffers per direction of a TCP flow.
 	TCPBuffer int

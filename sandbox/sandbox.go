@@ -120,10 +120,14 @@ func (s *Sandbox) buildStack() error {
 			return fmt.Errorf("sandbox: %w", err)
 		}
 	}
+	budget := c.MemoryBudget
+	if budget <= 0 {
+		budget = -1 // none (forward's zero would mean its default)
+	}
 	relay := forward.Relay(&net.Dialer{Timeout: c.ConnectTimeout}, policy(c, s.dns))
 	s.fw, err = forward.New(st, relay, &forward.Options{
 		MaxFlows: c.MaxFlows, MaxTCP: c.MaxTCP, MaxUDP: c.MaxUDP, MaxHalfOpen: c.MaxHalfOpen,
-		MemoryBudget: c.MemoryBudget, UDPIdleTimeout: c.UDPIdleTimeout,
+		MemoryBudget: budget, UDPIdleTimeout: c.UDPIdleTimeout,
 	})
 	if err != nil {
 		return fmt.Errorf("sandbox: %w", err)
