@@ -370,7 +370,7 @@ func TestFlowLimits(t *testing.T) {
 }
 
 func TestShutdownLetsTransferFinish(t *testing.T) {
-	const size = 64 << 20
+	const size = shutdownSize
 	conns := make(chan net.Conn, 1)
 	e := newEnv(t, funcs{tcp: func(r *TCPRequest) {
 		c, err := r.Accept()
