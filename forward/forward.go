@@ -19,10 +19,6 @@ import (
 	"github.com/ustack-dev/ustack/stack"
 )
 
-// ErrClosed is returned by operations on a Forwarder, a UDPFlow or a
-// request after Close (or Shutdown).
-var ErrClosed = errors.New("forward: closed")
-
 // Handler takes the flows a Forwarder intercepts. Its methods are called
 // concurrently, each in a goroutine of its own that the Forwarder waits
 // for in Close.
