@@ -194,6 +194,36 @@ func childMain(mode string, args []string) (string, error) {
 		synPort, _ := strconv.Atoi(arg(2))
 		n, _ := strconv.Atoi(arg(3))
 		return floodChild(netip.MustParseAddr(arg(0)), uint16(udpPort), uint16(synPort), n)
+	case "hold": // ADDR N: open N TCP connections and hold them until stdin closes
+		n, _ := strconv.Atoi(arg(1))
+		ok, refused := 0, 0
+		var conns []net.Conn
+		for range n {
+			c, err := net.DialTimeout("tcp", arg(0), 5*time.Second)
+			switch {
+			case err == nil:
+				ok++
+				conns = append(conns, c)
+			case errors.Is(err, syscall.ECONNREFUSED):
+				refused++
+			default:
+				return "", err
+			}
+		}
+		fmt.Printf("ok %d refused %d\n", ok, refused)
+		io.Copy(io.Discard, os.Stdin)
+		for _, c := range conns {
+			c.Close()
+		}
+		return "", nil
+	case "udpsend": // ADDR: send one datagram, wait for no answer
+		c, err := net.Dial("udp", arg(0))
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		_, err = c.Write([]byte("once"))
+		return "sent\n", err
 	case "exit":
 		n, _ := strconv.Atoi(arg(0))
 		return "", exitCode(n)
@@ -755,4 +785,167 @@ func TestSandboxAttach(t *testing.T) {
 		}
 		return nil
 	}))
+}
+
+// TestSandboxLimits checks the limits on flows at once (all protocols and
+// TCP alone), host errors, UDP idle expiry and the TCP buffer cap.
+func TestSandboxLimits(t *testing.T) {
+	if err := nsProbe(); err != nil {
+		t.Skipf("sandbox tests need network namespaces and TUN: %v", err)
+	}
+	hs := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
+	gw := func(p netip.AddrPort) string { return netip.AddrPortFrom(sandbox.DefaultGateway4, p.Port()).String() }
+	for _, tc := range []struct {
+		name    string
+		cfg     sandbox.Config
+		want    string
+		reason  sandbox.Reason
+		refused uint64
+	}{
+		{"tcp", sandbox.Config{AllowHostLoopback: true, MaxTCP: 3}, "ok 3 refused 2\n", sandbox.TCPLimit, 2},
+		{"flows", sandbox.Config{AllowHostLoopback: true, MaxFlows: 2}, "ok 2 refused 3\n", sandbox.FlowLimit, 3},
+		{"budget", sandbox.Config{AllowHostLoopback: true, TCPBuffer: 64 << 10, MemoryBudget: 4 * 64 << 10}, "ok 2 refused 3\n", sandbox.Budget, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sb, err := sandbox.New(tc.cfg)
+			require.NoError(t, err)
+			defer sb.Close()
+			out, err := inSandbox(t, sb, "hold", gw(hs.both), "5")
+			require.NoError(t, err)
+			require.Equal(t, tc.want, out)
+			st := sb.Stats()
+			require.Equal(t, tc.refused, st.Refused[tc.reason], "refusals by %v", tc.reason)
+		})
+	}
+	t.Run("host-error", func(t *testing.T) {
+		// The host refuses to send a datagram to port 0 (EINVAL): the
+		// relay counts a host error, and nothing leaves the host.
+		sb, err := sandbox.New(sandbox.Config{AllowHostLoopback: true})
+		require.NoError(t, err)
+		defer sb.Close()
+		out, err := inSandbox(t, sb, "udpsend", netip.AddrPortFrom(sandbox.DefaultGateway4, 0).String())
+		require.NoError(t, err)
+		require.Equal(t, "sent\n", out)
+		require.Eventually(t, func() bool { return sb.Stats().Refused[sandbox.HostError] == 1 }, 10*time.Second, time.Millisecond)
+	})
+	t.Run("udp-idle", func(t *testing.T) {
+		sb, err := sandbox.New(sandbox.Config{AllowHostLoopback: true, UDPIdleTimeout: 100 * time.Millisecond})
+		require.NoError(t, err)
+		defer sb.Close()
+		out, err := inSandbox(t, sb, "udpecho", gw(hs.udp))
+		require.NoError(t, err)
+		require.Equal(t, "ok\n", out)
+		require.Eventually(t, func() bool { return sb.Stats().UDPFlows == 0 }, 10*time.Second, time.Millisecond, "the idle mapping ends")
+		require.Equal(t, uint64(1), sb.Stats().UDPOpened)
+	})
+	t.Run("tcp-buffer", func(t *testing.T) {
+		sb, err := sandbox.New(sandbox.Config{AllowHostLoopback: true, TCPBuffer: 64 << 10})
+		require.NoError(t, err)
+		defer sb.Close()
+		require.Equal(t, 64<<10, sb.Stack().GVisor().TCPSendBufferLimits().Max, "each flow's buffers are capped")
+		n := sized(16 << 20)
+		out, err := inSandbox(t, sb, "both", gw(hs.both), strconv.FormatInt(n, 10))
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("%s %d\n", patternSum(n), n), out, "a transfer through capped buffers arrives whole")
+	})
+}
+
+// TestSandboxIPv6 relays HTTP, TCP both ways and UDP over IPv6 to the
+// host's ::1 and carries an IPv6 port forward into the sandbox.
+func TestSandboxIPv6(t *testing.T) {
+	if err := nsProbe(); err != nil {
+		t.Skipf("sandbox tests need network namespaces and TUN: %v", err)
+	}
+	if ln, err := net.Listen("tcp", "[::1]:0"); err != nil {
+		t.Skip("no IPv6 loopback on this host")
+	} else {
+		ln.Close()
+	}
+	hs := startHostServices(t, netip.MustParseAddr("::1"))
+	sb, err := sandbox.New(sandbox.Config{
+		AllowHostLoopback: true,
+		Forwards:          []sandbox.Forward{{Host: netip.MustParseAddrPort("[::1]:0"), Port: 7000}, {Host: netip.MustParseAddrPort("[::1]:0"), Port: 7000, UDP: true}},
+	})
+	require.NoError(t, err)
+	defer sb.Close()
+	gw6 := func(p netip.AddrPort) string { return netip.AddrPortFrom(sandbox.DefaultGateway6, p.Port()).String() }
+	n := sized(32 << 20)
+	out, err := inSandbox(t, sb, "fetch", fmt.Sprintf("http://%s/bytes/%d", gw6(hs.http), n))
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("%s %d\n", patternSum(n), n), out)
+	out, err = inSandbox(t, sb, "both", gw6(hs.both), strconv.FormatInt(n, 10))
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("%s %d\n", patternSum(n), n), out)
+	out, err = inSandbox(t, sb, "udpecho", gw6(hs.udp))
+	require.NoError(t, err)
+	require.Equal(t, "ok\n", out)
+
+	cmd := childCmd(t, nil, "echo-server", "7000")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	done := make(chan error, 1)
+	go func() { done <- sb.Run(cmd, nil) }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "ready\n", line)
+	addrs := sb.ForwardAddrs()
+	c, err := net.Dial("tcp", addrs[0].String())
+	require.NoError(t, err)
+	msg := make([]byte, 1<<20)
+	io.ReadFull(serve.Pattern(int64(len(msg))), msg)
+	go func() { c.Write(msg); c.(*net.TCPConn).CloseWrite() }()
+	got, err := io.ReadAll(c)
+	c.Close()
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(msg, got), "echo through the IPv6 TCP forward")
+	u, err := net.Dial("udp", addrs[1].String())
+	require.NoError(t, err)
+	buf := make([]byte, 2048)
+	var m int
+	for try := 0; try < 5; try++ {
+		u.Write([]byte("ping over the IPv6 forward"))
+		u.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if m, err = u.Read(buf); err == nil {
+			break
+		}
+	}
+	u.Close()
+	require.NoError(t, err)
+	require.Equal(t, "ping over the IPv6 forward", string(buf[:m]))
+	stdin.Close()
+	require.NoError(t, <-done)
+	require.GreaterOrEqual(t, sb.Stats().ForwardConns, uint64(2))
+}
+
+// TestSandboxCloseActive closes a sandbox while relays carry open
+// connections: the command's connections are reset, and no goroutine or
+// descriptor of the sandbox's is left.
+func TestSandboxCloseActive(t *testing.T) {
+	if err := nsProbe(); err != nil {
+		t.Skipf("sandbox tests need network namespaces and TUN: %v", err)
+	}
+	hs := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
+	fds, goroutines := openFDs(t), goleak.IgnoreCurrent()
+	sb, err := sandbox.New(sandbox.Config{AllowHostLoopback: true})
+	require.NoError(t, err)
+	cmd := childCmd(t, nil, "hold", netip.AddrPortFrom(sandbox.DefaultGateway4, hs.both.Port()).String(), "8")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- sb.Run(cmd, nil) }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "ok 8 refused 0\n", line)
+	require.Equal(t, int64(8), sb.Stats().TCPFlows)
+	require.NoError(t, sb.Close())
+	require.Zero(t, sb.Stats().TCPFlows)
+	stdin.Close()
+	<-done
+	require.NoError(t, goleak.Find(goroutines))
+	require.LessOrEqual(t, openFDs(t), fds, "descriptors open after the sandbox, against before")
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ustack-dev/ustack/link/tun"
 	"github.com/ustack-dev/ustack/poll"
+	"github.com/ustack-dev/ustack/sched"
 )
 
 // Defaults of Config. The IPv4 addresses are in 198.18.0.0/15, the range
@@ -101,6 +102,11 @@ type Config struct {
 	Allow, Deny []netip.Prefix
 	// Limits; zero means the default, negative means none.
 	MaxFlows, MaxTCP, MaxUDP, MaxHalfOpen int
+	// MemoryBudget bounds the buffers open flows reserve, in bytes (see
+	// forward.Options.MemoryBudget: a TCP flow reserves twice TCPBuffer).
+	// Zero or negative means none: the flow limits bound the sandbox's
+	// memory already, as before the budget existed.
+	MemoryBudget int64
 	// TCPBuffer is the most gVisor buffers per direction of a TCP flow.
 	TCPBuffer int
 	// UDPIdleTimeout ends an idle UDP mapping; ConnectTimeout bounds a
@@ -231,6 +237,28 @@ func (c Config) normalize() (Config, error) {
 		c.ConnectTimeout = DefaultConnectTimeout
 	}
 	var errs []error
+	if err := checkDevice(c.Device); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Queues < 1 || c.Queues > tun.MaxQueues {
+		errs = append(errs, fmt.Errorf("sandbox: %d TUN queues: must be from 1 to %d", c.Queues, tun.MaxQueues))
+	}
+	if c.Qdisc != "" && !sched.Known(c.Qdisc) {
+		errs = append(errs, fmt.Errorf("sandbox: qdisc %q: unknown; use one of %s", c.Qdisc, strings.Join(sched.Names(), ", ")))
+	}
+	// The sandbox, the gateway and the DNS address share the prefix, and
+	// none of them may be its network (or IPv4 broadcast) address.
+	if c.Addr4.Addr().Is4() && (c.Addr4.Bits() > 30 || c.Addr4.Addr() == c.Addr4.Masked().Addr() || c.Addr4.Bits() < 32 && c.Addr4.Addr() == broadcast(c.Addr4)) {
+		errs = append(errs, fmt.Errorf("sandbox: address %v: want a host address in a prefix of /30 or shorter, such as %v", c.Addr4, DefaultAddr4))
+	}
+	if !c.NoIPv6 && c.Addr6.Addr().Is6() && (c.Addr6.Bits() > 126 || c.Addr6.Addr() == c.Addr6.Masked().Addr()) {
+		errs = append(errs, fmt.Errorf("sandbox: IPv6 address %v: want a host address in a prefix of /126 or shorter, such as %v", c.Addr6, DefaultAddr6))
+	}
+	for _, p := range append(append([]netip.Prefix(nil), c.Allow...), c.Deny...) {
+		if !p.IsValid() {
+			errs = append(errs, fmt.Errorf("sandbox: allow/deny prefix %v: not a valid CIDR prefix", p))
+		}
+	}
 	check4 := func(what string, a netip.Addr) {
 		if !a.Is4() || !c.Addr4.Contains(a) || a == c.Addr4.Addr() {
 			errs = append(errs, fmt.Errorf("sandbox: %s %v: must be an IPv4 address in %v other than the sandbox's", what, a, c.Addr4.Masked()))
@@ -267,10 +295,19 @@ func (c Config) normalize() (Config, error) {
 	if c.UDPIdleTimeout < 0 || c.ConnectTimeout < 0 {
 		errs = append(errs, errors.New("sandbox: timeouts must be positive"))
 	}
+	seen := map[Forward]bool{}
 	for _, f := range c.Forwards {
 		if f.Host.Addr().Is6() && c.NoIPv6 {
 			errs = append(errs, fmt.Errorf("sandbox: port forward %v: IPv6 is off in the sandbox", f))
 		}
+		if f.Port == 0 || !f.Host.Addr().IsValid() {
+			errs = append(errs, fmt.Errorf("sandbox: port forward %v: needs a host address and a sandbox port", f))
+		}
+		key := Forward{UDP: f.UDP, Host: f.Host}
+		if f.Host.Port() != 0 && seen[key] {
+			errs = append(errs, fmt.Errorf("sandbox: port forward %v: host address %v/%s is forwarded twice", f, f.Host, f.proto()))
+		}
+		seen[key] = true
 	}
 	return c, errors.Join(errs...)
 }
@@ -279,4 +316,30 @@ func (c Config) normalize() (Config, error) {
 func (c Config) Check() error {
 	_, err := c.normalize()
 	return err
+}
+
+// proto names the forward's protocol.
+func (f Forward) proto() string {
+	if f.UDP {
+		return "udp"
+	}
+	return "tcp"
+}
+
+// broadcast is the last address of an IPv4 prefix.
+func broadcast(p netip.Prefix) netip.Addr {
+	a := p.Masked().Addr().As4()
+	host := uint32(1)<<(32-p.Bits()) - 1
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) | host
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// checkDevice checks a network device name as Linux does (dev_valid_name):
+// 1 to 15 bytes, not "." or "..", no '/', ':' or white space.
+func checkDevice(name string) error {
+	bad := len(name) == 0 || len(name) > 15 || name == "." || name == ".." || strings.ContainsAny(name, "/: \t\n\v\f\r")
+	if bad {
+		return fmt.Errorf("sandbox: device name %q: want 1 to 15 characters, without '/', ':' or spaces, such as %q", name, DefaultDevice)
+	}
+	return nil
 }

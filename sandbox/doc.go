@@ -15,6 +15,16 @@
 // until it has been idle for UDPIdleTimeout. Port forwards carry host
 // connections into the sandbox.
 //
+// An embedder calls sandbox.Init first thing in main: a sandboxed command
+// with Config.ResolvConf is started through this program re-executed as a
+// helper, which Init turns into the command (and which otherwise returns
+// at once).
+//
+// The relaying itself is package forward's: a Forwarder on the stack with
+// forward.Relay over host sockets (&net.Dialer{}), its policy built from
+// the Config. The sandbox adds the namespace, the TUN device, the DNS
+// relay's addresses, port forwards, configuration and metrics.
+//
 // Policy is secure by default: the host's loopback is unreachable without
 // AllowHostLoopback, link-local, multicast and unspecified destinations
 // are refused unless an Allow prefix covers them, Deny prefixes always
@@ -23,5 +33,6 @@
 //
 // The relay copies each byte once per direction: from gVisor's receive
 // buffer straight into the host socket, and from the host socket straight
-// into gVisor's send buffer; no flow holds a buffer of its own.
+// into gVisor's send buffer; no flow holds a buffer of its own. Port
+// forwards are relayed the same way (forward.Splice).
 package sandbox

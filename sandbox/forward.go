@@ -6,15 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"time"
 
-	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
-	"gvisor.dev/gvisor/pkg/waiter"
+	"github.com/ustack-dev/ustack/forward"
 )
 
 // startForward listens on the host for f and carries what arrives into
@@ -25,7 +20,7 @@ func (s *Sandbox) startForward(f Forward) error {
 		if err != nil {
 			return fmt.Errorf("sandbox: port forward %v: %w", f, err)
 		}
-		fw := &udpForward{s: s, f: f, pc: pc, peers: map[netip.AddrPort]*gonet.UDPConn{}}
+		fw := &udpForward{s: s, f: f, pc: pc, peers: map[netip.AddrPort]net.Conn{}}
 		s.closers = append(s.closers, pc)
 		s.fwdAddrs = append(s.fwdAddrs, pc.LocalAddr().(*net.UDPAddr).AddrPort())
 		s.wg.Add(1)
@@ -85,60 +80,22 @@ func (s *Sandbox) acceptLoop(f Forward, ln *net.TCPListener) {
 	}
 }
 
-// forwardTCP connects into the sandbox for one host connection.
+// forwardTCP connects into the sandbox for one host connection and
+// relays it (a flow of the Forwarder's, within its limits).
 func (s *Sandbox) forwardTCP(f Forward, c *net.TCPConn) {
-	if r, ok := s.reserveFlow(&s.c.tcpFlows, s.cfg.MaxTCP, TCPLimit); !ok {
-		s.refuse(r)
-		c.SetLinger(0)
-		c.Close()
-		return
-	}
 	client := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 	dst := netip.AddrPortFrom(s.sandboxAddr(f, client), f.Port)
-	ep, wq, err := s.connectSandbox(dst)
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ConnectTimeout)
+	sc, err := s.fw.DialTCP(ctx, dst)
+	cancel()
 	if err != nil {
-		s.c.tcpFlows.Add(-1)
 		s.c.fwdFailed.Add(1)
 		c.SetLinger(0)
 		c.Close()
 		return
 	}
 	s.c.fwdConns.Add(1)
-	s.c.tcpOpened.Add(1)
-	s.relay(ep, wq, c)
-}
-
-// connectSandbox opens a TCP connection from ustack to dst in the sandbox.
-func (s *Sandbox) connectSandbox(dst netip.AddrPort) (tcpip.Endpoint, *waiter.Queue, error) {
-	proto := header.IPv4ProtocolNumber
-	if dst.Addr().Is6() {
-		proto = header.IPv6ProtocolNumber
-	}
-	wq := new(waiter.Queue)
-	ep, terr := s.st.GVisor().NewEndpoint(tcp.ProtocolNumber, proto, wq)
-	if terr != nil {
-		return nil, nil, errors.New(terr.String())
-	}
-	entry, ch := waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
-	wq.EventRegister(&entry)
-	defer wq.EventUnregister(&entry)
-	terr = ep.Connect(tcpip.FullAddress{NIC: s.nic, Addr: tcpip.AddrFromSlice(dst.Addr().AsSlice()), Port: dst.Port()})
-	if _, started := terr.(*tcpip.ErrConnectStarted); started {
-		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ConnectTimeout)
-		select {
-		case <-ch:
-			terr = ep.LastError()
-		case <-ctx.Done():
-			terr = &tcpip.ErrTimeout{}
-		}
-		cancel()
-	}
-	if terr != nil {
-		ep.Abort()
-		ep.Close()
-		return nil, nil, errors.New(terr.String())
-	}
-	return ep, wq, nil
+	forward.Splice(sc, c)
 }
 
 // udpForward maps each host client of a UDP forward to a gVisor socket
@@ -149,7 +106,7 @@ type udpForward struct {
 	pc *net.UDPConn
 
 	mu    sync.Mutex
-	peers map[netip.AddrPort]*gonet.UDPConn
+	peers map[netip.AddrPort]net.Conn
 }
 
 func (u *udpForward) loop() {
@@ -170,48 +127,37 @@ func (u *udpForward) loop() {
 		if c == nil {
 			continue
 		}
-		if _, err := c.Write(buf[:n]); err == nil {
-			s.c.udpPktUp.Add(1)
-		}
+		c.Write(buf[:n])
 	}
 }
 
-// peer returns client's mapping, making it if the limits allow.
-func (u *udpForward) peer(client netip.AddrPort) *gonet.UDPConn {
+// peer returns client's mapping, making it (a UDP flow of the
+// Forwarder's, within its limits) if need be.
+func (u *udpForward) peer(client netip.AddrPort) net.Conn {
 	s := u.s
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if c := u.peers[client]; c != nil {
 		return c
 	}
-	if r, ok := s.reserveFlow(&s.c.udpFlows, s.cfg.MaxUDP, UDPLimit); !ok {
-		s.refuse(r)
-		return nil
-	}
 	dst := netip.AddrPortFrom(s.sandboxAddr(u.f, client.Addr()), u.f.Port)
-	proto := header.IPv4ProtocolNumber
-	if dst.Addr().Is6() {
-		proto = header.IPv6ProtocolNumber
-	}
-	c, err := gonet.DialUDP(s.st.GVisor(), nil, &tcpip.FullAddress{NIC: s.nic, Addr: tcpip.AddrFromSlice(dst.Addr().AsSlice()), Port: dst.Port()}, proto)
+	c, err := s.fw.DialUDP(dst)
 	if err != nil || !s.begin() {
 		if c != nil {
 			c.Close()
 		}
-		s.c.udpFlows.Add(-1)
 		s.c.fwdFailed.Add(1)
 		return nil
 	}
 	u.peers[client] = c
 	s.c.fwdConns.Add(1)
-	s.c.udpOpened.Add(1)
 	go u.replyLoop(client, c)
 	return c
 }
 
 // replyLoop carries the sandbox's answers back to one host client until
 // the mapping has been idle for UDPIdleTimeout.
-func (u *udpForward) replyLoop(client netip.AddrPort, c *gonet.UDPConn) {
+func (u *udpForward) replyLoop(client netip.AddrPort, c net.Conn) {
 	s := u.s
 	defer s.wg.Done()
 	defer func() {
@@ -219,25 +165,15 @@ func (u *udpForward) replyLoop(client netip.AddrPort, c *gonet.UDPConn) {
 		delete(u.peers, client)
 		u.mu.Unlock()
 		c.Close()
-		s.c.udpFlows.Add(-1)
 	}()
 	buf := make([]byte, 1<<16)
 	for {
 		c.SetReadDeadline(time.Now().Add(s.cfg.UDPIdleTimeout))
 		n, err := c.Read(buf)
 		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				return
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				return
-			}
-			return
+			return // idle for UDPIdleTimeout, or closed
 		}
-		if _, err := u.pc.WriteToUDPAddrPort(buf[:n], client); err == nil {
-			s.c.udpPktDn.Add(1)
-		}
+		u.pc.WriteToUDPAddrPort(buf[:n], client)
 	}
 }
 

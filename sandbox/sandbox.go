@@ -6,15 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
 	"sync"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
+	"github.com/ustack-dev/ustack/forward"
 	"github.com/ustack-dev/ustack/link/tun"
 	"github.com/ustack-dev/ustack/stack"
 )
@@ -29,30 +29,24 @@ const resolvConf = "/etc/resolv.conf"
 // concurrent use.
 type Sandbox struct {
 	cfg Config
-	pol policy
+	dns [2]netip.AddrPort // DNS upstreams for DNS4 and DNS6; invalid if none
 	ns  *namespace
 	ep  *tun.Endpoint
 	st  *stack.Stack
 	nic tcpip.NICID
+	fw  *forward.Forwarder // the relay
 	c   counters
 
-	ctx    context.Context // cancelled by Close: ends host-side connects
+	ctx    context.Context // cancelled by Close: ends port-forward connects
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
 	closed   bool
-	tcp      map[*tcpRelay]struct{}
-	udp      map[netip.AddrPort]*udpFlow // by the sandbox's source
-	closers  []io.Closer                 // port-forward listeners
-	fwdAddrs []netip.AddrPort            // where they listen
-	wg       sync.WaitGroup              // every goroutine of ours
+	closers  []io.Closer      // port-forward listeners
+	fwdAddrs []netip.AddrPort // where they listen
+	wg       sync.WaitGroup   // the port forwards' goroutines
 	closeErr error
-
-	echo echoRelay
-
-	halfMu    sync.Mutex
-	halfByDst map[netip.AddrPort]int // host-side connects in progress
-	once      sync.Once
+	once     sync.Once
 }
 
 // New builds the sandbox's network: it creates (or attaches to) the
@@ -63,11 +57,9 @@ func New(cfg Config) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sandbox{cfg: cfg, tcp: map[*tcpRelay]struct{}{}, udp: map[netip.AddrPort]*udpFlow{}, halfByDst: map[netip.AddrPort]int{}}
-	s.pol.cfg = cfg
-	s.echo.init(s)
+	s := &Sandbox{cfg: cfg}
 	if !cfg.NoDNS {
-		s.pol.dns = upstreams(cfg.DNSUpstream)
+		s.dns = upstreams(cfg.DNSUpstream)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	ok := false
@@ -95,10 +87,12 @@ func New(cfg Config) (*Sandbox, error) {
 }
 
 // buildStack makes ustack the far end of the device: it owns the gateway
-// and DNS addresses, takes every other destination (promiscuous, and
-// spoofing to answer from it) and hands new flows to the relays.
+// and DNS addresses, and a Forwarder takes every other destination and
+// relays it to host sockets.
 func (s *Sandbox) buildStack() error {
 	c := &s.cfg
+	// The relay's per-flow buffer cap is the stack's maximum, so gVisor
+	// keeps auto-tuning each flow's buffers up to it.
 	tcpOpts := stack.DefaultTCPOptions()
 	tcpOpts.SendBuffer.Max = c.TCPBuffer
 	tcpOpts.ReceiveBuffer.Max = c.TCPBuffer
@@ -109,16 +103,7 @@ func (s *Sandbox) buildStack() error {
 		return fmt.Errorf("sandbox: %w", err)
 	}
 	s.st = st
-	// The handlers before the NIC: gVisor reads them unsynchronised from
-	// the receive path, which starts with AddNIC.
-	gs := st.GVisor()
-	// A window of 0 means gVisor's default; gVisor counts SYNs beyond
-	// MaxHalfOpen in ForwardMaxInFlightDrop, which Stats reports as
-	// HalfOpen refusals.
-	fwd := tcp.NewForwarder(gs, 0, c.MaxHalfOpen, s.handleTCP)
-	gs.SetTransportProtocolHandler(tcp.ProtocolNumber, fwd.HandlePacket)
-	gs.SetTransportProtocolHandler(udp.ProtocolNumber, s.handleUDP)
-	id, err := st.AddNIC(&icmpTap{Endpoint: s.ep, s: s}, &stack.NICOptions{Name: s.ep.Name(), Qdisc: c.Qdisc})
+	id, err := st.AddNIC(s.ep, &stack.NICOptions{Name: s.ep.Name(), Qdisc: c.Qdisc})
 	if err != nil {
 		s.ep.Close()
 		return fmt.Errorf("sandbox: %w", err)
@@ -135,11 +120,17 @@ func (s *Sandbox) buildStack() error {
 			return fmt.Errorf("sandbox: %w", err)
 		}
 	}
-	if terr := gs.SetPromiscuousMode(id, true); terr != nil {
-		return fmt.Errorf("sandbox: promiscuous mode: %s", terr)
+	budget := c.MemoryBudget
+	if budget <= 0 {
+		budget = -1 // none (forward's zero would mean its default)
 	}
-	if terr := gs.SetSpoofing(id, true); terr != nil {
-		return fmt.Errorf("sandbox: spoofing: %s", terr)
+	relay := forward.Relay(&net.Dialer{Timeout: c.ConnectTimeout}, policy(c, s.dns))
+	s.fw, err = forward.New(st, relay, &forward.Options{
+		MaxFlows: c.MaxFlows, MaxTCP: c.MaxTCP, MaxUDP: c.MaxUDP, MaxHalfOpen: c.MaxHalfOpen,
+		MemoryBudget: budget, UDPIdleTimeout: c.UDPIdleTimeout,
+	})
+	if err != nil {
+		return fmt.Errorf("sandbox: %w", err)
 	}
 	return nil
 }
@@ -148,6 +139,9 @@ func (s *Sandbox) buildStack() error {
 // metrics); the Sandbox owns it.
 func (s *Sandbox) Stack() *stack.Stack { return s.st }
 
+// Forwarder returns the relay (for Flows); the Sandbox owns it.
+func (s *Sandbox) Forwarder() *forward.Forwarder { return s.fw }
+
 // Device names the TUN device inside the namespace.
 func (s *Sandbox) Device() string { return s.ep.Name() }
 
@@ -155,19 +149,7 @@ func (s *Sandbox) Device() string { return s.ep.Name() }
 func (s *Sandbox) Config() Config { return s.cfg }
 
 // DNSUpstream returns where DNS queries go, per IP version of the query.
-func (s *Sandbox) DNSUpstream() (v4, v6 netip.AddrPort) { return s.pol.dns[0], s.pol.dns[1] }
-
-// Stats returns the sandbox's counters.
-func (s *Sandbox) Stats() Stats {
-	st := s.c.snapshot()
-	if s.st != nil {
-		st.Refused[HalfOpen] += s.st.GVisor().Stats().TCP.ForwardMaxInFlightDrop.Value()
-	}
-	return st
-}
-
-// refuse counts a refusal.
-func (s *Sandbox) refuse(r Reason) { s.c.refused[r].Add(1) }
+func (s *Sandbox) DNSUpstream() (v4, v6 netip.AddrPort) { return s.dns[0], s.dns[1] }
 
 // begin registers a goroutine of ours, or reports that the sandbox is
 // closing.
@@ -190,14 +172,6 @@ func (s *Sandbox) Close() error {
 		s.mu.Lock()
 		s.closed = true
 		closers := s.closers
-		relays := make([]*tcpRelay, 0, len(s.tcp))
-		for r := range s.tcp {
-			relays = append(relays, r)
-		}
-		flows := make([]*udpFlow, 0, len(s.udp))
-		for _, f := range s.udp {
-			flows = append(flows, f)
-		}
 		s.mu.Unlock()
 		s.cancel()
 		var errs []error
@@ -206,13 +180,11 @@ func (s *Sandbox) Close() error {
 				errs = append(errs, err)
 			}
 		}
-		for _, r := range relays {
-			r.abort(false)
+		if s.fw != nil {
+			// Aborts every flow, port forwards' included, so their
+			// goroutines end.
+			s.fw.Close()
 		}
-		for _, f := range flows {
-			f.close()
-		}
-		s.echo.close()
 		s.wg.Wait()
 		if s.st != nil {
 			if err := s.st.Close(); err != nil {

@@ -24,6 +24,3 @@ func Init() {}
 
 // Run returns ErrNotSupported on this system.
 func (s *Sandbox) Run(*exec.Cmd, func(*os.Process)) error { return ErrNotSupported }
-
-// sioCINQ is never used here: New fails before any socket is read.
-const sioCINQ = 0

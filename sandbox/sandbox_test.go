@@ -5,10 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/checksum"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/ustack-dev/ustack/forward"
 	"github.com/ustack-dev/ustack/internal/leakcheck"
 )
 
@@ -63,94 +61,51 @@ func TestNormalize(t *testing.T) {
 	}
 }
 
-func TestPolicy(t *testing.T) {
-	c, err := Config{
-		Deny:  []netip.Prefix{netip.MustParsePrefix("192.0.2.0/25")},
-		Allow: nil,
-	}.normalize()
+func TestPolicyFromConfig(t *testing.T) {
+	c, err := Config{AllowHostLoopback: true, Deny: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/25")}}.normalize()
 	require.NoError(t, err)
-	up := netip.MustParseAddrPort("192.0.2.200:53")
-	p := policy{cfg: c, dns: [2]netip.AddrPort{up, up}}
-	ap := netip.MustParseAddrPort
-
-	_, _, r, ok := p.target(ap("198.18.0.1:80"))
-	require.False(t, ok)
-	require.Equal(t, HostLoopback, r)
-	_, _, r, ok = p.target(ap("192.0.2.1:80"))
-	require.False(t, ok)
-	require.Equal(t, Denied, r)
-	for _, a := range []string{"169.254.169.254:80", "224.0.0.1:5353", "255.255.255.255:67", "0.0.0.0:1", "[fe80::1]:80", "[ff02::1]:1"} {
-		_, _, r, ok = p.target(ap(a))
-		require.False(t, ok, a)
-		require.Equal(t, Reserved, r, a)
-	}
-	to, dns, _, ok := p.target(ap("198.18.0.3:53"))
-	require.True(t, ok)
-	require.True(t, dns)
-	require.Equal(t, up, to)
-	_, _, r, ok = p.target(ap("198.18.0.3:80"))
-	require.False(t, ok, "only port 53 at the DNS address")
-	require.Equal(t, NoDNS, r)
-	to, _, _, ok = p.target(ap("203.0.113.9:443"))
-	require.True(t, ok)
-	require.Equal(t, ap("203.0.113.9:443"), to)
-
-	// Replies: the resolver shows as the DNS address, loopback only with
-	// AllowHostLoopback, denied sources never.
-	src, ok := p.source(up, true, false)
-	require.True(t, ok)
-	require.Equal(t, ap("198.18.0.3:53"), src)
-	_, ok = p.source(ap("127.0.0.1:9"), false, false)
-	require.False(t, ok)
-	_, ok = p.source(ap("192.0.2.5:9"), false, false)
-	require.False(t, ok)
-
-	p.cfg.AllowHostLoopback = true
-	to, _, _, ok = p.target(ap("[fd00:198:18::1]:80"))
-	require.True(t, ok)
-	require.Equal(t, ap("[::1]:80"), to)
-	src, ok = p.source(ap("[::ffff:127.0.0.1]:9"), false, false)
-	require.True(t, ok)
-	require.Equal(t, ap("198.18.0.1:9"), src)
-
-	// With Allow, only what it covers (reserved ranges included).
-	p.cfg.Allow = []netip.Prefix{netip.MustParsePrefix("169.254.0.0/16")}
-	_, _, _, ok = p.target(ap("169.254.169.254:80"))
-	require.True(t, ok)
-	_, _, r, ok = p.target(ap("203.0.113.9:443"))
-	require.False(t, ok)
-	require.Equal(t, Denied, r)
+	up := [2]netip.AddrPort{netip.MustParseAddrPort("192.0.2.200:53"), netip.MustParseAddrPort("[2001:db8::53]:53")}
+	p := policy(&c, up)
+	require.Equal(t, c.Deny, p.Deny)
+	require.True(t, p.AllowHostLoopback)
+	require.Equal(t, []netip.Addr{DefaultGateway4, DefaultGateway6}, p.HostLoopback)
+	require.Equal(t, []forward.DNSRelay{{Addr: DefaultDNS4, Upstream: up[0]}, {Addr: DefaultDNS6, Upstream: up[1]}}, p.DNS)
+	// With the DNS relay off the DNS addresses stay ours and refuse
+	// (NoDNS) rather than being dialed on the host.
+	p = policy(&c, [2]netip.AddrPort{})
+	require.Len(t, p.DNS, 2)
+	require.False(t, p.DNS[0].Upstream.IsValid())
 }
 
-func TestEncodeUDP(t *testing.T) {
-	for _, tc := range []struct{ src, dst string }{
-		{"198.18.0.1:53", "198.18.0.100:40000"},
-		{"[fd00:198:18::3]:53", "[fd00:198:18::100]:40000"},
+func TestCheck(t *testing.T) {
+	fwd := Forward{Host: netip.MustParseAddrPort("127.0.0.1:8080"), Port: 80}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		msg  string
+	}{
+		{"qdisc", Config{Qdisc: "nope"}, `qdisc "nope": unknown; use one of`},
+		{"queues", Config{Queues: 1000}, "1000 TUN queues: must be from 1 to 256"},
+		{"negative queues", Config{Queues: -1}, "-1 TUN queues"},
+		{"device long", Config{Device: "a-name-far-too-long"}, `device name "a-name-far-too-long": want 1 to 15 characters`},
+		{"device slash", Config{Device: "tun/0"}, `device name "tun/0"`},
+		{"prefix /32", Config{Addr4: netip.MustParsePrefix("198.18.0.100/32")}, "address 198.18.0.100/32: want a host address in a prefix of /30 or shorter"},
+		{"network address", Config{Addr4: netip.MustParsePrefix("198.18.0.0/24")}, "address 198.18.0.0/24: want a host address"},
+		{"broadcast address", Config{Addr4: netip.MustParsePrefix("198.18.0.255/24")}, "address 198.18.0.255/24: want a host address"},
+		{"v6 prefix", Config{Addr6: netip.MustParsePrefix("fd00:198:18::100/128")}, "IPv6 address fd00:198:18::100/128: want a host address in a prefix of /126 or shorter"},
+		{"bad allow", Config{Allow: []netip.Prefix{{}}}, "allow/deny prefix invalid Prefix: not a valid CIDR prefix"},
+		{"duplicate forward", Config{Forwards: []Forward{fwd, {Host: fwd.Host, Port: 81}}}, "port forward 127.0.0.1:8080:81: host address 127.0.0.1:8080/tcp is forwarded twice"},
+		{"forward without port", Config{Forwards: []Forward{{Host: fwd.Host}}}, "needs a host address and a sandbox port"},
+		{"mtu", Config{MTU: 100}, "MTU 100: must be from"},
+		{"gateway outside", Config{Gateway4: netip.MustParseAddr("10.0.0.1")}, "gateway 10.0.0.1: must be an IPv4 address in 198.18.0.0/24"},
 	} {
-		src, dst := netip.MustParseAddrPort(tc.src), netip.MustParseAddrPort(tc.dst)
-		payload := []byte("an answer of odd length")
-		hlen := header.IPv4MinimumSize + header.UDPMinimumSize
-		if src.Addr().Is6() {
-			hlen = header.IPv6MinimumSize + header.UDPMinimumSize
-		}
-		b := make([]byte, hlen+len(payload))
-		copy(b[hlen:], payload)
-		encodeUDP(b, src, dst, len(payload))
-		var u header.UDP
-		var s, d tcpip.Address
-		if src.Addr().Is4() {
-			ip := header.IPv4(b)
-			require.True(t, ip.IsValid(len(b)))
-			require.True(t, ip.IsChecksumValid())
-			u, s, d = header.UDP(ip.Payload()), ip.SourceAddress(), ip.DestinationAddress()
-		} else {
-			ip := header.IPv6(b)
-			require.True(t, ip.IsValid(len(b)))
-			u, s, d = header.UDP(ip.Payload()), ip.SourceAddress(), ip.DestinationAddress()
-		}
-		require.Equal(t, src.Port(), u.SourcePort())
-		require.Equal(t, dst.Port(), u.DestinationPort())
-		require.True(t, u.IsChecksumValid(s, d, checksum.Checksum(u.Payload(), 0)), "UDP checksum of %v", tc)
-		require.Equal(t, payload, []byte(u.Payload()))
+		err := tc.cfg.Check()
+		require.Error(t, err, tc.name)
+		require.Contains(t, err.Error(), tc.msg, tc.name)
 	}
+	// The same port over UDP and TCP is two forwards, and port 0 may
+	// repeat (each picks a port).
+	require.NoError(t, Config{Forwards: []Forward{fwd, {UDP: true, Host: fwd.Host, Port: 80}}}.Check())
+	any0 := Forward{Host: netip.MustParseAddrPort("127.0.0.1:0"), Port: 80}
+	require.NoError(t, Config{Forwards: []Forward{any0, any0}, Qdisc: "llist", Queues: 4, Device: "sb0"}.Check())
 }

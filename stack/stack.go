@@ -27,9 +27,10 @@ type Stack struct {
 	s *gstack.Stack
 
 	udpRecvErr bool
-	poller     *poll.Poller // busy polling; Mode off when disabled
-	cache      bool         // conns keep their scratch (Options.Cache)
-	dns        *resolver    // Options.DNS behind Resolver (resolve.go)
+	poller     *poll.Poller   // busy polling; Mode off when disabled
+	cache      bool           // conns keep their scratch (Options.Cache)
+	dns        *resolver      // Options.DNS behind Resolver (resolve.go)
+	relay      *relayHandlers // Options.Relay: nil when off
 
 	mu     sync.Mutex // guards nics and closed
 	nics   []*nic
@@ -84,6 +85,9 @@ func New(opts *Options) (*Stack, error) {
 	}
 	st := &Stack{s: s, udpRecvErr: o.UDPRecvErr, poller: p, cache: o.Cache.On()}
 	st.dns = newResolver(st, o.DNS)
+	if o.Relay {
+		st.relay = installRelayHandlers(s)
+	}
 	return st, nil
 }
 

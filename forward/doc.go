@@ -1,0 +1,22 @@
+// Package forward takes the flows a stack's peers address to anything the
+// stack does not own, and hands each one to a Handler before it is
+// established: a TCP connection before its handshake completes (the
+// handler may dial upstream first, then Accept or Reject), a UDP flow per
+// peer socket with endpoint-independent mapping (full cone: replies may
+// come from any address), and, optionally, ICMP echo requests. It is the
+// engine of transparent proxies, VPN endpoints and of package sandbox.
+//
+// A Forwarder turns on promiscuous and spoofing mode on the stack's NICs
+// and plugs gVisor's TCP forwarder and the stack's relay handlers in; the
+// stack must be built with stack.Options{Relay: true}. Limits (flows in
+// total, per protocol, half-open with a per-destination share, and a
+// global buffer budget) refuse a flow rather than hang it, and every
+// refusal is counted by Reason (Stats). Flows lists what is open.
+//
+// Relay is a ready Handler: it dials each flow's destination with any
+// proxy.ContextDialer and relays, subject to a Policy. When the dialer
+// returns host sockets (*net.TCPConn, as &net.Dialer{} does), TCP is
+// relayed without a buffer of ours: gVisor's receive buffer is written
+// straight into the host socket and the host socket read straight into
+// gVisor's send buffer. Other conns (a proxy's) are copied generically.
+package forward

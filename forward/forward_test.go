@@ -1,0 +1,542 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/ustack-dev/ustack/internal/leakcheck"
+	"github.com/ustack-dev/ustack/internal/xfer"
+	"github.com/ustack-dev/ustack/link/mem"
+	"github.com/ustack-dev/ustack/stack"
+	"github.com/ustack-dev/ustack/stack/stacktest"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+// tap records the TCP flags of what B sends, to see when a SYN-ACK
+// leaves.
+type tap struct {
+	*mem.Endpoint
+	synAcks atomic.Int32
+}
+
+func (t *tap) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error) {
+	for _, p := range pkts.AsSlice() {
+		if p.TransportProtocolNumber != header.TCPProtocolNumber {
+			continue
+		}
+		if f := header.TCP(p.TransportHeader().Slice()).Flags(); f.Contains(header.TCPFlagSyn | header.TCPFlagAck) {
+			t.synAcks.Add(1)
+		}
+	}
+	return t.Endpoint.WritePackets(pkts)
+}
+
+// env is host A routing 203.0.113.0/24 (and fd00:203::/64) through host B,
+// which runs a Forwarder.
+type env struct {
+	A, B *stack.Stack
+	tap  *tap
+	fw   *Forwarder
+}
+
+var (
+	far    = netip.MustParsePrefix("203.0.113.0/24")
+	far6   = netip.MustParsePrefix("fd00:203::/64")
+	farDst = netip.MustParseAddrPort("203.0.113.5:80")
+)
+
+func newEnv(t *testing.T, h Handler, o *Options) *env {
+	t.Helper()
+	la, lb, err := mem.Pair(nil)
+	require.NoError(t, err)
+	e := &env{tap: &tap{Endpoint: lb}}
+	e.A, err = stack.New(nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { e.A.Close() })
+	ida, err := e.A.AddNIC(la, nil)
+	require.NoError(t, err)
+	require.NoError(t, e.A.AddAddress(ida, netip.PrefixFrom(stacktest.A4, 24)))
+	require.NoError(t, e.A.AddAddress(ida, netip.PrefixFrom(stacktest.A6, 64)))
+	require.NoError(t, e.A.AddRoute(far, stacktest.B4, ida))
+	require.NoError(t, e.A.AddRoute(far6, stacktest.B6, ida))
+	e.B, err = stack.New(&stack.Options{Relay: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.B.Close() })
+	idb, err := e.B.AddNIC(e.tap, nil)
+	require.NoError(t, err)
+	require.NoError(t, e.B.AddAddress(idb, netip.PrefixFrom(stacktest.B4, 24)))
+	require.NoError(t, e.B.AddAddress(idb, netip.PrefixFrom(stacktest.B6, 64)))
+	e.fw, err = New(e.B, h, o)
+	require.NoError(t, err)
+	t.Cleanup(func() { e.fw.Close() })
+	return e
+}
+
+// funcs is a Handler from functions.
+type funcs struct {
+	tcp func(*TCPRequest)
+	udp func(*UDPFlow)
+}
+
+func (h funcs) HandleTCP(r *TCPRequest) {
+	if h.tcp != nil {
+		h.tcp(r)
+	}
+}
+
+func (h funcs) HandleUDP(u *UDPFlow) {
+	if h.udp != nil {
+		h.udp(u)
+	}
+}
+
+func TestNewNeedsRelayStack(t *testing.T) {
+	st, err := stack.New(nil)
+	require.NoError(t, err)
+	defer st.Close()
+	_, err = New(st, funcs{}, nil)
+	require.ErrorIs(t, err, stack.ErrNotRelay)
+}
+
+func TestTCPRequestBeforeHandshake(t *testing.T) {
+	type seen struct{ src, dst netip.AddrPort }
+	got := make(chan seen, 2)
+	proceed := make(chan struct{})
+	conns := make(chan net.Conn, 1)
+	e := newEnv(t, funcs{tcp: func(r *TCPRequest) {
+		got <- seen{r.Src(), r.Dst()}
+		<-proceed
+		if r.Dst().Port() == 81 {
+			r.Reject(true)
+			return
+		}
+		c, err := r.Accept()
+		if err != nil {
+			return
+		}
+		conns <- c
+	}}, nil)
+
+	dialed := make(chan error, 1)
+	var ac net.Conn
+	go func() {
+		var err error
+		ac, err = e.A.DialTCP(context.Background(), farDst)
+		dialed <- err
+	}()
+	s := <-got
+	require.Equal(t, farDst, s.dst)
+	require.Equal(t, stacktest.A4, s.src.Addr())
+	require.Zero(t, e.tap.synAcks.Load(), "a SYN-ACK left before Accept")
+	select {
+	case err := <-dialed:
+		t.Fatalf("the dial completed before Accept: %v", err)
+	default:
+	}
+	close(proceed)
+	require.NoError(t, <-dialed)
+	defer ac.Close()
+	require.Equal(t, s.src, ac.LocalAddr().(*net.TCPAddr).AddrPort(), "the handler saw A's exact source")
+	require.Equal(t, int32(1), e.tap.synAcks.Load())
+	bc := <-conns
+	defer bc.Close()
+	_, err := ac.Write([]byte("ping"))
+	require.NoError(t, err)
+	buf := make([]byte, 4)
+	_, err = io.ReadFull(bc, buf)
+	require.NoError(t, err)
+	require.Equal(t, "ping", string(buf))
+	_, ok := bc.(interface{ CloseWrite() error })
+	require.True(t, ok, "accepted conns have CloseWrite")
+	_, ok = bc.(interface{ CloseRead() error })
+	require.True(t, ok, "accepted conns have CloseRead")
+
+	_, err = e.A.DialTCP(context.Background(), netip.AddrPortFrom(farDst.Addr(), 81))
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
+	require.Equal(t, uint64(1), e.fw.Stats().Refused[Rejected])
+}
+
+func TestHalfOpenShare(t *testing.T) {
+	blackhole := netip.MustParseAddrPort("203.0.113.66:80")
+	release := make(chan struct{})
+	e := newEnv(t, funcs{tcp: func(r *TCPRequest) {
+		if r.Dst() == blackhole {
+			// An upstream that never answers.
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			r.Reject(false)
+			return
+		}
+		if c, err := r.Accept(); err == nil {
+			c.Close()
+		}
+	}}, nil)
+	defer close(release)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 256 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if c, err := e.A.DialTCP(ctx, blackhole); err == nil {
+				c.Close()
+			}
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	require.Eventually(t, func() bool {
+		st := e.fw.Stats()
+		return st.HalfOpen == DefaultMaxHalfOpen/4 && st.Refused[HalfOpen] > 0
+	}, 30*time.Second, time.Millisecond, "one destination holds its share of half-open slots")
+	c, err := e.A.DialTCP(context.Background(), farDst)
+	require.NoError(t, err, "a flow elsewhere gets through while the blackhole holds its share")
+	c.Close()
+}
+
+func TestUDPFullCone(t *testing.T) {
+	second := netip.MustParseAddrPort("203.0.113.9:5353")
+	type seen struct {
+		src, dst netip.AddrPort
+		data     string
+	}
+	got := make(chan seen, 1)
+	e := newEnv(t, funcs{udp: func(u *UDPFlow) {
+		buf := make([]byte, 1500)
+		for {
+			n, dst, err := u.ReadFromAddrPort(buf)
+			if err != nil {
+				return
+			}
+			got <- seen{u.Src(), dst, string(buf[:n])}
+			// The reply from the address asked, then from another.
+			u.WriteToAddrPort([]byte("one"), dst)
+			u.WriteTo([]byte("two"), net.UDPAddrFromAddrPort(second))
+		}
+	}}, nil)
+	for _, tc := range []struct {
+		laddr netip.Addr
+		dst   netip.AddrPort
+		from2 netip.AddrPort
+	}{
+		{stacktest.A4, netip.MustParseAddrPort("203.0.113.5:53"), second},
+		{stacktest.A6, netip.MustParseAddrPort("[fd00:203::5]:53"), netip.MustParseAddrPort("[fd00:203::9]:5353")},
+	} {
+		if tc.laddr.Is6() {
+			second = tc.from2
+		}
+		pc, err := e.A.ListenUDP(netip.AddrPortFrom(tc.laddr, 0))
+		require.NoError(t, err)
+		_, err = pc.WriteTo([]byte("query"), net.UDPAddrFromAddrPort(tc.dst))
+		require.NoError(t, err)
+		s := <-got
+		require.Equal(t, tc.dst, s.dst)
+		require.Equal(t, pc.LocalAddr().(*net.UDPAddr).AddrPort(), s.src)
+		require.Equal(t, "query", s.data)
+		buf := make([]byte, 100)
+		for _, want := range []struct {
+			from netip.AddrPort
+			data string
+		}{{tc.dst, "one"}, {tc.from2, "two"}} {
+			pc.SetReadDeadline(time.Now().Add(30 * time.Second))
+			n, from, err := pc.ReadFrom(buf)
+			require.NoError(t, err)
+			require.Equal(t, want.data, string(buf[:n]))
+			fa := from.(*net.UDPAddr).AddrPort()
+			require.Equal(t, want.from, netip.AddrPortFrom(fa.Addr().Unmap(), fa.Port()))
+		}
+		pc.Close()
+	}
+	require.Equal(t, uint64(2), e.fw.Stats().UDPOpened)
+}
+
+func TestUDPIdleTimeout(t *testing.T) {
+	ended := make(chan error, 1)
+	e := newEnv(t, funcs{udp: func(u *UDPFlow) {
+		buf := make([]byte, 100)
+		for {
+			if _, _, err := u.ReadFromAddrPort(buf); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}}, &Options{UDPIdleTimeout: 50 * time.Millisecond})
+	pc, err := e.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 0))
+	require.NoError(t, err)
+	defer pc.Close()
+	_, err = pc.WriteTo([]byte("x"), net.UDPAddrFromAddrPort(netip.MustParseAddrPort("203.0.113.5:53")))
+	require.NoError(t, err)
+	require.ErrorIs(t, <-ended, net.ErrClosed, "an idle flow ends")
+	require.Eventually(t, func() bool { return e.fw.Stats().UDPFlows == 0 }, 10*time.Second, time.Millisecond)
+}
+
+func TestMemoryBudget(t *testing.T) {
+	var mu sync.Mutex
+	var held []net.Conn
+	e := newEnv(t, funcs{tcp: func(r *TCPRequest) {
+		c, err := r.Accept()
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		held = append(held, c)
+		mu.Unlock()
+	}}, &Options{TCPBuffer: 64 << 10, MemoryBudget: 2 * 2 * 64 << 10})
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	for i := range 2 {
+		c, err := e.A.DialTCP(context.Background(), netip.AddrPortFrom(farDst.Addr(), uint16(1000+i)))
+		require.NoError(t, err)
+		defer c.Close()
+	}
+	require.Equal(t, int64(2*2*64<<10), e.fw.Stats().MemoryReserved)
+	_, err := e.A.DialTCP(context.Background(), farDst)
+	require.ErrorIs(t, err, syscall.ECONNREFUSED, "the flow beyond the budget is refused")
+	require.Equal(t, uint64(1), e.fw.Stats().Refused[Budget])
+}
+
+func TestFlowLimits(t *testing.T) {
+	e := newEnv(t, funcs{
+		tcp: func(r *TCPRequest) {
+			if c, err := r.Accept(); err == nil {
+				<-r.Context().Done()
+				c.Close()
+			}
+		},
+		udp: func(u *UDPFlow) {
+			buf := make([]byte, 100)
+			for {
+				if _, _, err := u.ReadFromAddrPort(buf); err != nil {
+					return
+				}
+			}
+		},
+	}, &Options{MaxTCP: 1, MaxUDP: 1, MaxFlows: 3})
+	c, err := e.A.DialTCP(context.Background(), farDst)
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = e.A.DialTCP(context.Background(), netip.AddrPortFrom(farDst.Addr(), 81))
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
+	require.Equal(t, uint64(1), e.fw.Stats().Refused[TCPLimit])
+	for i := range 2 {
+		pc, err := e.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 0))
+		require.NoError(t, err)
+		defer pc.Close()
+		_, err = pc.WriteTo([]byte("x"), net.UDPAddrFromAddrPort(netip.MustParseAddrPort("203.0.113.5:53")))
+		require.NoError(t, err)
+		want := int64(1)
+		if i == 1 {
+			require.Eventually(t, func() bool { return e.fw.Stats().Refused[UDPLimit] == 1 }, 10*time.Second, time.Millisecond)
+		}
+		require.Eventually(t, func() bool { return e.fw.Stats().UDPFlows == want }, 10*time.Second, time.Millisecond)
+	}
+	// The total: one TCP and one UDP flow open, a DialTCP makes the third,
+	// a fourth of any kind is refused.
+	fw := e.fw
+	fw.o.MaxTCP = 10
+	d, err := fw.DialTCP(context.Background(), netip.AddrPortFrom(stacktest.A4, 9))
+	if err == nil {
+		d.Close()
+	}
+	// A4:9 has no listener: the dial fails, but it was counted as a flow
+	// and then released.
+	require.Error(t, err)
+	c2, err := e.A.DialTCP(context.Background(), netip.AddrPortFrom(farDst.Addr(), 82))
+	require.NoError(t, err)
+	defer c2.Close()
+	_, err = e.A.DialTCP(context.Background(), netip.AddrPortFrom(farDst.Addr(), 83))
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
+	require.Equal(t, uint64(1), fw.Stats().Refused[FlowLimit])
+}
+
+func TestShutdownLetsTransferFinish(t *testing.T) {
+	const size = shutdownSize
+	conns := make(chan net.Conn, 1)
+	e := newEnv(t, funcs{tcp: func(r *TCPRequest) {
+		c, err := r.Accept()
+		switch {
+		case err != nil:
+		case r.Dst() == farDst:
+			conns <- c
+		default:
+			c.Close() // a probe accepted before Shutdown began
+		}
+	}}, nil)
+	ac, err := e.A.DialTCP(context.Background(), farDst)
+	require.NoError(t, err)
+	bc := <-conns
+	done := make(chan error, 1)
+	go func() {
+		_, err := xfer.Exchange(ac, bc, size, xfer.Timeout(size))
+		ac.Close()
+		bc.Close()
+		done <- err
+	}()
+	shut := make(chan error, 1)
+	go func() { shut <- e.fw.Shutdown(context.Background()) }()
+	// New flows are refused while the transfer goes on.
+	require.Eventually(t, func() bool {
+		c, err := e.A.DialTCP(context.Background(), netip.AddrPortFrom(farDst.Addr(), 81))
+		if err == nil {
+			c.Close()
+		}
+		return errors.Is(err, syscall.ECONNREFUSED)
+	}, 30*time.Second, time.Millisecond)
+	require.NoError(t, <-done, "the transfer finished intact during Shutdown")
+	require.NoError(t, <-shut)
+	require.NotZero(t, e.fw.Stats().Refused[Closing])
+}
+
+func TestShutdownDeadlineCloses(t *testing.T) {
+	e := newEnv(t, funcs{tcp: func(r *TCPRequest) {
+		c, err := r.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.Copy(io.Discard, c) // until the Forwarder aborts it
+	}}, nil)
+	ac, err := e.A.DialTCP(context.Background(), farDst)
+	require.NoError(t, err)
+	defer ac.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, e.fw.Shutdown(ctx), context.Canceled)
+	require.Zero(t, e.fw.Stats().TCPFlows)
+	_, err = ac.Read(make([]byte, 1))
+	require.ErrorContains(t, err, "reset", "the open flow was reset")
+}
+
+func TestFlowsCountBytes(t *testing.T) {
+	const size = 1 << 20
+	conns := make(chan net.Conn, 1)
+	e := newEnv(t, funcs{tcp: func(r *TCPRequest) {
+		if c, err := r.Accept(); err == nil {
+			conns <- c
+		}
+	}}, nil)
+	ac, err := e.A.DialTCP(context.Background(), farDst)
+	require.NoError(t, err)
+	defer ac.Close()
+	bc := <-conns
+	defer bc.Close()
+	_, err = xfer.Exchange(ac, bc, size, xfer.Timeout(size))
+	require.NoError(t, err)
+	var flows []FlowInfo
+	for fi := range e.fw.Flows() {
+		flows = append(flows, fi)
+	}
+	require.Len(t, flows, 1)
+	fi := flows[0]
+	require.Equal(t, TCP, fi.Protocol)
+	require.Equal(t, ac.LocalAddr().(*net.TCPAddr).AddrPort(), fi.Src)
+	require.Equal(t, farDst, fi.Dst)
+	require.Equal(t, uint64(size), fi.BytesUp)
+	require.Equal(t, uint64(size), fi.BytesDown)
+	require.NotEmpty(t, fi.State)
+	require.NotZero(t, fi.Cwnd)
+	require.False(t, fi.Opened.IsZero())
+}
+
+func TestCloseWithOpenFlows(t *testing.T) {
+	e := newEnv(t, funcs{
+		tcp: func(r *TCPRequest) {
+			c, err := r.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			io.Copy(c, c)
+		},
+		udp: func(u *UDPFlow) {
+			buf := make([]byte, 100)
+			for {
+				if _, _, err := u.ReadFromAddrPort(buf); err != nil {
+					return
+				}
+			}
+		},
+	}, nil)
+	ac, err := e.A.DialTCP(context.Background(), farDst)
+	require.NoError(t, err)
+	defer ac.Close()
+	pc, err := e.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 0))
+	require.NoError(t, err)
+	defer pc.Close()
+	_, err = pc.WriteTo([]byte("x"), net.UDPAddrFromAddrPort(netip.MustParseAddrPort("203.0.113.5:53")))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return e.fw.Stats().UDPFlows == 1 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, e.fw.Close())
+	st := e.fw.Stats()
+	require.Zero(t, st.TCPFlows)
+	require.Zero(t, st.UDPFlows)
+	require.Zero(t, st.MemoryReserved)
+	require.NoError(t, e.fw.Close(), "idempotent")
+}
+
+// pinger answers every echo request itself, from the address pinged.
+type pinger struct {
+	funcs
+	seen chan netip.Addr
+}
+
+func (p pinger) HandlePing(req *PingRequest) {
+	p.seen <- req.Dst()
+	reply := append([]byte(nil), req.Message()...)
+	req.Reply(req.Dst(), reply) // Reply sets the type, identifier and checksum
+}
+
+func TestPingHandler(t *testing.T) {
+	p := pinger{seen: make(chan netip.Addr, 4)}
+	e := newEnv(t, p, nil)
+	for _, dst := range []netip.Addr{netip.MustParseAddr("203.0.113.5"), netip.MustParseAddr("fd00:203::5")} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := e.A.Ping(ctx, dst, []byte("are you there"))
+		cancel()
+		require.NoError(t, err, "ping %v answered by the handler", dst)
+		require.Equal(t, dst, <-p.seen)
+	}
+	// Reply counts once its packet is handed to the link, which may be
+	// after A has it.
+	require.Eventually(t, func() bool { return e.fw.Stats().EchoDown == 2 }, 10*time.Second, time.Millisecond)
+	// B's own address is answered by gVisor, not the handler.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := e.A.Ping(ctx, stacktest.B4, nil)
+	require.NoError(t, err)
+	require.Empty(t, p.seen)
+}
+
+func TestPingWithoutHandler(t *testing.T) {
+	e := newEnv(t, funcs{}, nil)
+	// No PingHandler: a ping to an address B does not own goes unanswered
+	// (B must not fake reachability); B's own address answers.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err := e.A.Ping(ctx, netip.MustParseAddr("203.0.113.5"), nil)
+	cancel()
+	require.Error(t, err)
+	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = e.A.Ping(ctx, stacktest.B6, nil)
+	require.NoError(t, err)
+}

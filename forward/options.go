@@ -1,0 +1,95 @@
+package forward
+
+import (
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+)
+
+const (
+	// DefaultMaxFlows bounds the flows of all protocols at once. Each
+	// costs a goroutine or two, its buffers (see MemoryBudget) and, with
+	// Relay over host sockets, a descriptor: 8192 stays below common
+	// descriptor limits.
+	DefaultMaxFlows = 8192
+	// DefaultMaxTCP and DefaultMaxUDP bound each protocol's share.
+	DefaultMaxTCP = 4096
+	DefaultMaxUDP = 4096
+	// DefaultMaxHalfOpen bounds TCP connections waiting for their handler
+	// to Accept or Reject them (gVisor's forwarder ignores further SYNs).
+	// Linux's default tcp_max_syn_backlog is 128 to 1024 by memory; 256 is
+	// in that range. One destination gets a quarter of it at most.
+	DefaultMaxHalfOpen = 256
+	// DefaultMemoryBudget bounds the buffers all flows may hold at once,
+	// as Linux's tcp_mem bounds socket memory. A flow reserves its worst
+	// case when it opens (a TCP flow its send and receive buffers at their
+	// largest, a UDP flow its queue), so this is a bound, not a use: 8 GiB
+	// is 1024 TCP flows with 4 MiB buffers each way.
+	DefaultMemoryBudget = 8 << 30
+	// DefaultUDPIdleTimeout ends a UDP flow after this long without a
+	// datagram either way: Linux conntrack keeps a UDP stream 120 s and a
+	// one-way exchange 30 s; 60 s sits between.
+	DefaultUDPIdleTimeout = 60 * time.Second
+	// DefaultUDPQueue is how many bytes of datagrams a UDP flow holds for
+	// a handler that has not read them yet: Linux's default socket receive
+	// buffer (net.core.rmem_default, 212992).
+	DefaultUDPQueue = 212992
+)
+
+// Options configures New. A nil *Options, or a zero field, means the
+// documented default; for the limits, negative means none.
+type Options struct {
+	// MaxFlows bounds flows of all protocols at once (DefaultMaxFlows);
+	// MaxTCP and MaxUDP each protocol's (DefaultMaxTCP, DefaultMaxUDP).
+	MaxFlows, MaxTCP, MaxUDP int
+	// MaxHalfOpen bounds TCP connections not yet accepted or rejected
+	// (DefaultMaxHalfOpen); one destination holds a quarter at most.
+	MaxHalfOpen int
+	// TCPBuffer caps each TCP flow's send and receive buffer in bytes.
+	// Zero means the stack's own maxima (stack.TCPOptions), which keeps
+	// gVisor's buffer auto-tuning; a smaller value is set on each flow,
+	// which fixes its buffers at that size.
+	TCPBuffer int
+	// MemoryBudget bounds the buffers reserved by open flows, in bytes
+	// (DefaultMemoryBudget); a flow that would exceed it is refused
+	// (Budget).
+	MemoryBudget int64
+	// UDPIdleTimeout ends a UDP flow idle this long
+	// (DefaultUDPIdleTimeout).
+	UDPIdleTimeout time.Duration
+	// UDPQueue bounds the bytes of datagrams a UDP flow holds unread
+	// (DefaultUDPQueue); more are dropped and counted (UDPDropped).
+	UDPQueue int
+	// NICs are the NICs whose traffic is forwarded (promiscuous and
+	// spoofing mode on); nil means every NIC the stack has at New.
+	NICs []tcpip.NICID
+}
+
+const unlimited = int(^uint(0) >> 1)
+
+// normalized fills in the defaults.
+func (o Options) normalized() Options {
+	limit := func(v *int, d int) {
+		switch {
+		case *v == 0:
+			*v = d
+		case *v < 0:
+			*v = unlimited
+		}
+	}
+	limit(&o.MaxFlows, DefaultMaxFlows)
+	limit(&o.MaxTCP, DefaultMaxTCP)
+	limit(&o.MaxUDP, DefaultMaxUDP)
+	limit(&o.MaxHalfOpen, DefaultMaxHalfOpen)
+	limit(&o.UDPQueue, DefaultUDPQueue)
+	switch {
+	case o.MemoryBudget == 0:
+		o.MemoryBudget = DefaultMemoryBudget
+	case o.MemoryBudget < 0:
+		o.MemoryBudget = int64(^uint64(0) >> 1)
+	}
+	if o.UDPIdleTimeout <= 0 {
+		o.UDPIdleTimeout = DefaultUDPIdleTimeout
+	}
+	return o
+}

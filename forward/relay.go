@@ -1,0 +1,239 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+
+	"golang.org/x/net/proxy"
+)
+
+// PacketListener is what a dialer also implements to carry UDP for
+// Relay: an unconnected socket on the far side, so a flow keeps one
+// mapping to every destination (full cone). net.ListenConfig has this
+// method. Relay uses host sockets directly when the dialer is a
+// *net.Dialer.
+type PacketListener interface {
+	ListenPacket(ctx context.Context, network, address string) (net.PacketConn, error)
+}
+
+// Relay returns a Handler that dials each flow's destination (as the
+// Policy maps it) with d and relays: &net.Dialer{} for host sockets, a
+// SOCKS5 dialer for a proxy. A nil p is the zero Policy. TCP is accepted
+// only once the upstream connection is up, so a refused destination is a
+// reset to the peer, as from the real one. UDP goes through host sockets
+// when d is a *net.Dialer, through d's ListenPacket when it has one
+// (PacketListener), and is refused (Unsupported) otherwise; ICMP echo
+// goes to the host's raw ICMP sockets when d is a *net.Dialer (and the
+// process may open them). A Relay serves one Forwarder.
+func Relay(d proxy.ContextDialer, p *Policy) Handler {
+	r := &relay{d: d}
+	if p != nil {
+		r.pol = *p
+	}
+	_, r.host = d.(*net.Dialer)
+	r.echo.init(r)
+	return r
+}
+
+type relay struct {
+	d    proxy.ContextDialer
+	pol  Policy
+	host bool // d makes host sockets
+	echo echoRelay
+}
+
+var _ PingHandler = (*relay)(nil)
+
+// HandleTCP implements Handler: dial first, then complete the peer's
+// handshake.
+func (r *relay) HandleTCP(req *TCPRequest) {
+	f := req.f
+	to, dns, reason, ok := r.pol.target(req.Dst())
+	if !ok {
+		req.reject(reason, true)
+		return
+	}
+	up, err := r.d.DialContext(req.Context(), "tcp", to.String())
+	if err != nil {
+		f.c.connectFailed.Add(1)
+		req.reject(-1, true)
+		return
+	}
+	c, err := req.Accept()
+	if err != nil {
+		// The peer gave up on the handshake meanwhile.
+		if tc, ok := up.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
+		up.Close()
+		return
+	}
+	if dns.IsValid() {
+		f.c.dns.Add(1)
+	}
+	Splice(c, up)
+}
+
+// Splice relays between c, a conn from TCPRequest.Accept or
+// Forwarder.DialTCP, and other until both directions have ended, passing
+// half-closes and resets across, then closes both. With other a host
+// socket (*net.TCPConn) it copies without a buffer of its own (see the
+// package doc); otherwise it copies through one.
+func Splice(c, other net.Conn) error {
+	if fc, ok := c.(*conn); ok {
+		if h, ok := other.(*net.TCPConn); ok {
+			if done := hostSplice(fc, h); done {
+				return nil
+			}
+		}
+	}
+	return copySplice(c, other)
+}
+
+// copySplice relays through io.Copy in each direction: this goroutine
+// and one it starts and joins.
+func copySplice(a, b net.Conn) error {
+	var once sync.Once
+	abort := func() {
+		once.Do(func() {
+			resetConn(a)
+			resetConn(b)
+		})
+	}
+	if fc, ok := a.(*conn); ok {
+		fc.fl.setAbort(fc.ep, abort)
+	}
+	pump := func(dst, src net.Conn) error {
+		_, err := io.Copy(dst, src)
+		if err != nil {
+			abort()
+			return err
+		}
+		// Pass the half-close on; a conn that cannot half-close ends
+		// when the other direction does.
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		}
+		return nil
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- pump(b, a) }()
+	err := pump(a, b)
+	err = errors.Join(err, <-errc)
+	a.Close()
+	b.Close()
+	return err
+}
+
+// resetConn ends a conn at once, with a reset where it can.
+func resetConn(c net.Conn) {
+	switch cc := c.(type) {
+	case *net.TCPConn:
+		cc.SetLinger(0)
+	case *conn:
+		cc.ep.Abort()
+	}
+	c.Close()
+}
+
+// HandleUDP implements Handler.
+func (r *relay) HandleUDP(u *UDPFlow) {
+	f := u.f
+	switch pl, ok := r.d.(PacketListener); {
+	case r.pol.NoUDP:
+	case r.host:
+		if !hostUDP(r, u) {
+			f.refuse(HostError)
+		}
+		return
+	case ok:
+		r.packetUDP(u, pl)
+		return
+	}
+	f.refuse(Unsupported)
+}
+
+// packetUDP relays a flow through a dialer's packet conn: datagrams to
+// the far side in this goroutine, replies in one it starts and joins.
+func (r *relay) packetUDP(u *UDPFlow, pl PacketListener) {
+	f := u.f
+	network := "udp4"
+	if u.src.Addr().Is6() {
+		network = "udp6"
+	}
+	pc, err := pl.ListenPacket(f.ctx, network, "")
+	if err != nil {
+		f.refuse(HostError)
+		return
+	}
+	u.atClose(func() { pc.Close() })
+	var dnsMu sync.Mutex
+	var viaDNS netip.Addr
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 1<<16)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				u.Close()
+				return
+			}
+			ua, ok := from.(*net.UDPAddr)
+			if !ok {
+				continue
+			}
+			dnsMu.Lock()
+			via := viaDNS
+			dnsMu.Unlock()
+			src, reason, ok := r.pol.source(ua.AddrPort(), via, u.src.Addr().Is6())
+			if !ok || src.Addr().Is4() != u.src.Addr().Is4() {
+				f.refuse(reason)
+				continue
+			}
+			u.WriteToAddrPort(buf[:n], src)
+		}
+	}()
+	buf := make([]byte, 1<<16)
+	for {
+		n, dst, err := u.ReadFromAddrPort(buf)
+		if err != nil {
+			break
+		}
+		to, dns, reason, ok := r.pol.target(dst)
+		if !ok {
+			f.refuse(reason)
+			continue
+		}
+		if dns.IsValid() {
+			dnsMu.Lock()
+			viaDNS = dns
+			dnsMu.Unlock()
+			f.c.dns.Add(1)
+		}
+		if _, err := pc.WriteTo(buf[:n], net.UDPAddrFromAddrPort(to)); err != nil {
+			f.c.udpDropped.Add(1)
+		}
+	}
+	pc.Close()
+	<-done
+}
+
+// HandlePing implements PingHandler: echo requests go to the host's raw
+// ICMP sockets when the dialer makes host sockets.
+func (r *relay) HandlePing(req *PingRequest) {
+	f := req.f
+	if reason, ok := r.pol.allowed(req.Dst()); !ok {
+		f.refuse(reason)
+		return
+	}
+	if !r.host {
+		f.refuse(Unsupported)
+		return
+	}
+	r.echo.send(req)
+}

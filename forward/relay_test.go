@@ -1,0 +1,211 @@
+package forward
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ustack-dev/ustack/internal/xfer"
+	"github.com/ustack-dev/ustack/stack/stacktest"
+)
+
+// gateway stands for the host's loopback in the relay tests.
+var gateway = netip.MustParseAddr("203.0.113.1")
+
+func TestRelayHostSockets(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	served := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			served <- err
+			return
+		}
+		defer c.Close()
+		_, err = io.Copy(c, c) // echo until the relay half-closes
+		c.(*net.TCPConn).CloseWrite()
+		served <- err
+	}()
+	uc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer uc.Close()
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := uc.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			uc.WriteToUDPAddrPort(buf[:n], from)
+		}
+	}()
+
+	pol := &Policy{
+		HostLoopback:      []netip.Addr{gateway},
+		AllowHostLoopback: true,
+		Deny:              []netip.Prefix{netip.MustParsePrefix("203.0.113.128/25")},
+	}
+	e := newEnv(t, Relay(&net.Dialer{}, pol), nil)
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+
+	// TCP: the relay carries a checked exchange and the half-close.
+	c, err := e.A.DialTCP(context.Background(), netip.AddrPortFrom(gateway, port))
+	require.NoError(t, err)
+	const size = 4 << 20
+	go func() {
+		_, err := io.Copy(c, xfer.Pattern(3, size))
+		if err == nil {
+			err = c.(interface{ CloseWrite() error }).CloseWrite()
+		}
+		require.NoError(t, err)
+	}()
+	got, n, err := xfer.Sum(c)
+	require.NoError(t, err)
+	want, _, _ := xfer.Sum(xfer.Pattern(3, size))
+	require.Equal(t, int64(size), n)
+	require.Equal(t, want, got, "the echo came back intact")
+	require.NoError(t, <-served)
+	c.Close()
+	require.Eventually(t, func() bool { return e.fw.Stats().TCPFlows == 0 }, 10*time.Second, time.Millisecond)
+	st := e.fw.Stats()
+	require.Equal(t, uint64(size), st.TCPBytesUp)
+	require.Equal(t, uint64(size), st.TCPBytesDown)
+
+	// Refusals by policy are resets, counted by reason.
+	_, err = e.A.DialTCP(context.Background(), netip.MustParseAddrPort("203.0.113.200:80"))
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
+	require.Equal(t, uint64(1), e.fw.Stats().Refused[Denied])
+	// A closed port on the host: a reset, counted as a failed connect.
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closedPort := uint16(closed.Addr().(*net.TCPAddr).Port)
+	closed.Close()
+	_, err = e.A.DialTCP(context.Background(), netip.AddrPortFrom(gateway, closedPort))
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
+	require.Equal(t, uint64(1), e.fw.Stats().ConnectFailed)
+
+	// UDP through a host socket; the reply from 127.0.0.1 comes from the
+	// gateway.
+	pc, err := e.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 0))
+	require.NoError(t, err)
+	defer pc.Close()
+	dst := netip.AddrPortFrom(gateway, uint16(uc.LocalAddr().(*net.UDPAddr).Port))
+	_, err = pc.WriteTo([]byte("hello"), net.UDPAddrFromAddrPort(dst))
+	require.NoError(t, err)
+	pc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	buf := make([]byte, 100)
+	n2, from, err := pc.ReadFrom(buf)
+	require.NoError(t, err)
+	require.Equal(t, "hello", string(buf[:n2]))
+	require.Equal(t, dst, from.(*net.UDPAddr).AddrPort())
+	_, err = pc.WriteTo([]byte("x"), net.UDPAddrFromAddrPort(netip.MustParseAddrPort("203.0.113.200:53")))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return e.fw.Stats().Refused[Denied] == 2 }, 10*time.Second, time.Millisecond, "a denied datagram is counted")
+}
+
+func TestRelayHostLoopbackRefused(t *testing.T) {
+	e := newEnv(t, Relay(&net.Dialer{}, &Policy{HostLoopback: []netip.Addr{gateway}}), nil)
+	_, err := e.A.DialTCP(context.Background(), netip.AddrPortFrom(gateway, 80))
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
+	require.Equal(t, uint64(1), e.fw.Stats().Refused[HostLoopback])
+}
+
+// tcpOnly is a dialer that is not a *net.Dialer and cannot carry UDP, as
+// a SOCKS5 client without UDP ASSOCIATE.
+type tcpOnly struct{ d net.Dialer }
+
+func (t *tcpOnly) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := t.d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return proxied{c.(*net.TCPConn)}, nil // not a *net.TCPConn: the generic copy
+}
+
+// proxied is a conn a proxy dialer returns: it half-closes, but it is not
+// a host socket of ours.
+type proxied struct{ *net.TCPConn }
+
+func TestRelayGenericDialer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.Copy(c, c)
+		c.(*net.TCPConn).CloseWrite()
+	}()
+	e := newEnv(t, Relay(&tcpOnly{}, &Policy{HostLoopback: []netip.Addr{gateway}, AllowHostLoopback: true}), nil)
+	c, err := e.A.DialTCP(context.Background(), netip.AddrPortFrom(gateway, uint16(ln.Addr().(*net.TCPAddr).Port)))
+	require.NoError(t, err)
+	defer c.Close()
+	const size = 1 << 20
+	go func() {
+		io.Copy(c, xfer.Pattern(4, size))
+		c.(interface{ CloseWrite() error }).CloseWrite()
+	}()
+	got, n, err := xfer.Sum(c)
+	require.NoError(t, err)
+	want, _, _ := xfer.Sum(xfer.Pattern(4, size))
+	require.Equal(t, int64(size), n)
+	require.Equal(t, want, got)
+
+	pc, err := e.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 0))
+	require.NoError(t, err)
+	defer pc.Close()
+	_, err = pc.WriteTo([]byte("x"), net.UDPAddrFromAddrPort(netip.AddrPortFrom(gateway, 53)))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return e.fw.Stats().Refused[Unsupported] == 1 }, 10*time.Second, time.Millisecond,
+		"UDP through a TCP-only dialer is refused and counted")
+}
+
+// listenDialer is a dialer with ListenPacket (PacketListener) that is not
+// a *net.Dialer: Relay carries UDP through its packet conns.
+type listenDialer struct {
+	net.Dialer
+	net.ListenConfig
+}
+
+func TestRelayPacketListener(t *testing.T) {
+	uc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer uc.Close()
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := uc.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			uc.WriteToUDPAddrPort(buf[:n], from)
+		}
+	}()
+	e := newEnv(t, Relay(&listenDialer{}, &Policy{HostLoopback: []netip.Addr{gateway}, AllowHostLoopback: true}), nil)
+	pc, err := e.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 0))
+	require.NoError(t, err)
+	defer pc.Close()
+	dst := netip.AddrPortFrom(gateway, uint16(uc.LocalAddr().(*net.UDPAddr).Port))
+	buf := make([]byte, 100)
+	for _, msg := range []string{"one", "two"} {
+		_, err = pc.WriteTo([]byte(msg), net.UDPAddrFromAddrPort(dst))
+		require.NoError(t, err)
+		pc.SetReadDeadline(time.Now().Add(30 * time.Second))
+		n, from, err := pc.ReadFrom(buf)
+		require.NoError(t, err)
+		require.Equal(t, msg, string(buf[:n]))
+		require.Equal(t, dst, from.(*net.UDPAddr).AddrPort())
+	}
+	require.Equal(t, uint64(1), e.fw.Stats().UDPOpened, "one flow for the socket")
+}

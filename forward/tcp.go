@@ -1,0 +1,261 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/waiter"
+)
+
+// TCPRequest is a TCP connection a peer of the stack is opening, its
+// handshake not yet completed. Answer it once, with Accept or Reject.
+type TCPRequest struct {
+	f        *Forwarder
+	r        *tcp.ForwarderRequest
+	fl       *flow
+	src, dst netip.AddrPort
+
+	mu       sync.Mutex
+	answered bool
+}
+
+// Src is the peer's address and port.
+func (r *TCPRequest) Src() netip.AddrPort { return r.src }
+
+// Dst is the address and port the peer is connecting to (the original
+// destination).
+func (r *TCPRequest) Dst() netip.AddrPort { return r.dst }
+
+// Context is cancelled when the Forwarder closes: dial upstream with it.
+func (r *TCPRequest) Context() context.Context { return r.f.ctx }
+
+// answer marks the request answered and frees its half-open slot, or
+// reports that it already was.
+func (r *TCPRequest) answer() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.answered {
+		return false
+	}
+	r.answered = true
+	r.f.releaseHalfOpen(r.dst)
+	return true
+}
+
+// Accept completes the handshake and returns the connection (Up is what
+// Read returns). The conn has CloseRead and CloseWrite. It fails if the
+// request was answered already or the peer gave up meanwhile.
+func (r *TCPRequest) Accept() (net.Conn, error) {
+	if !r.answer() {
+		return nil, fmt.Errorf("forward: accept %v -> %v: request already answered", r.src, r.dst)
+	}
+	wq := new(waiter.Queue)
+	ep, terr := r.r.CreateEndpoint(wq)
+	r.r.Complete(false)
+	if terr != nil {
+		r.fl.release()
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Source: net.TCPAddrFromAddrPort(r.dst), Addr: net.TCPAddrFromAddrPort(r.src), Err: errors.New(terr.String())}
+	}
+	return r.f.newConn(wq, ep, r.fl), nil
+}
+
+// Reject refuses the connection: with reset the peer gets a RST (its
+// connect fails with ECONNREFUSED), without it the SYN is dropped and the
+// peer retries until it gives up. Counted as Rejected. Rejecting an
+// answered request does nothing.
+func (r *TCPRequest) Reject(reset bool) { r.reject(Rejected, reset) }
+
+// reject refuses with a reason; a negative reason is not a refusal (the
+// upstream connect failed).
+func (r *TCPRequest) reject(reason Reason, reset bool) {
+	if !r.answer() {
+		return
+	}
+	if reason >= 0 {
+		r.f.refuse(reason)
+	}
+	r.r.Complete(reset)
+	r.fl.release()
+}
+
+// handleTCP takes a SYN gVisor's forwarder passed on, in a goroutine of
+// the forwarder's.
+func (f *Forwarder) handleTCP(r *tcp.ForwarderRequest) {
+	if !f.begin() {
+		f.refuse(Closing)
+		r.Complete(true)
+		return
+	}
+	defer f.wg.Done()
+	id := r.ID()
+	src := netip.AddrPortFrom(addrOf(id.RemoteAddress), id.RemotePort)
+	dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
+	fl, reason, ok := f.open(TCP, src, dst)
+	if !ok {
+		f.refuse(reason)
+		r.Complete(true)
+		return
+	}
+	if !f.takeHalfOpen(dst) {
+		f.refuse(HalfOpen)
+		r.Complete(true)
+		fl.release()
+		return
+	}
+	req := &TCPRequest{f: f, r: r, fl: fl, src: src, dst: dst}
+	defer req.Reject(true) // if the handler did not answer
+	f.h.HandleTCP(req)
+}
+
+// takeHalfOpen counts a half-open connection to dst, unless dst already
+// has its share: a SYN flood towards one unresponsive destination holds a
+// quarter of the half-open slots at most, and connections elsewhere still
+// get through while it lasts.
+func (f *Forwarder) takeHalfOpen(dst netip.AddrPort) bool {
+	share := max(1, f.o.MaxHalfOpen/4)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.half[dst] >= share {
+		return false
+	}
+	f.half[dst]++
+	f.c.halfOpen.Add(1)
+	return true
+}
+
+func (f *Forwarder) releaseHalfOpen(dst netip.AddrPort) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.half[dst]--; f.half[dst] <= 0 {
+		delete(f.half, dst)
+	}
+	f.c.halfOpen.Add(-1)
+}
+
+// DialTCP connects from the stack to dst, a peer behind its NICs (a port
+// forward into a namespace, say), as a flow counted against the limits
+// and the budget like any other. Its Up is what Read returns.
+func (f *Forwarder) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+	opErr := func(err error) error {
+		return &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(dst), Err: err}
+	}
+	fl, reason, ok := f.open(TCP, netip.AddrPort{}, dst)
+	if !ok {
+		f.refuse(reason)
+		return nil, opErr(fmt.Errorf("refused: %s", reason))
+	}
+	proto := header.IPv4ProtocolNumber
+	if dst.Addr().Is6() {
+		proto = header.IPv6ProtocolNumber
+	}
+	wq := new(waiter.Queue)
+	ep, terr := f.gs.NewEndpoint(tcp.ProtocolNumber, proto, wq)
+	if terr != nil {
+		fl.release()
+		return nil, opErr(errors.New(terr.String()))
+	}
+	entry, ch := waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
+	wq.EventRegister(&entry)
+	terr = ep.Connect(tcpip.FullAddress{Addr: tcpip.AddrFromSlice(dst.Addr().AsSlice()), Port: dst.Port()})
+	if _, started := terr.(*tcpip.ErrConnectStarted); started {
+		select {
+		case <-ch:
+			terr = ep.LastError()
+		case <-ctx.Done():
+			terr = &tcpip.ErrAborted{}
+		case <-f.ctx.Done():
+			terr = &tcpip.ErrAborted{}
+		}
+	}
+	wq.EventUnregister(&entry)
+	if terr != nil {
+		ep.Abort()
+		ep.Close()
+		fl.release()
+		if ctx.Err() != nil {
+			return nil, opErr(ctx.Err())
+		}
+		return nil, opErr(errors.New(terr.String()))
+	}
+	if la, err := ep.GetLocalAddress(); err == nil {
+		fl.setSrc(netip.AddrPortFrom(addrOf(la.Addr), la.Port))
+	}
+	return f.newConn(wq, ep, fl), nil
+}
+
+// conn is a TCP flow's net.Conn: the stack's conn, counting bytes into
+// the flow, owning the flow's reservation until Close.
+type conn struct {
+	net.Conn
+	ep tcpip.Endpoint
+	wq *waiter.Queue
+	fl *flow
+}
+
+func (f *Forwarder) newConn(wq *waiter.Queue, ep tcpip.Endpoint, fl *flow) *conn {
+	if b := f.o.TCPBuffer; b > 0 {
+		so := ep.SocketOptions()
+		if int64(b) < so.GetSendBufferSize() {
+			so.SetSendBufferSize(int64(b), true)
+		}
+		if int64(b) < so.GetReceiveBufferSize() {
+			so.SetReceiveBufferSize(int64(b), true)
+		}
+	}
+	f.c.tcpOpened.Add(1)
+	c := &conn{Conn: f.st.NewTCPConn(wq, ep), ep: ep, wq: wq, fl: fl}
+	fl.setAbort(ep, ep.Abort)
+	return c
+}
+
+// Read implements net.Conn.
+func (c *conn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.countUp(n)
+	return n, err
+}
+
+// Write implements net.Conn.
+func (c *conn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.countDown(n)
+	return n, err
+}
+
+func (c *conn) countUp(n int) {
+	if n > 0 {
+		c.fl.rx.Add(uint64(n))
+		c.fl.f.c.tcpUp.Add(uint64(n))
+	}
+}
+
+func (c *conn) countDown(n int) {
+	if n > 0 {
+		c.fl.tx.Add(uint64(n))
+		c.fl.f.c.tcpDown.Add(uint64(n))
+	}
+}
+
+// CloseRead shuts the reading side down.
+func (c *conn) CloseRead() error {
+	return c.Conn.(interface{ CloseRead() error }).CloseRead()
+}
+
+// CloseWrite sends FIN after what was written.
+func (c *conn) CloseWrite() error {
+	return c.Conn.(interface{ CloseWrite() error }).CloseWrite()
+}
+
+// Close implements net.Conn and ends the flow.
+func (c *conn) Close() error {
+	err := c.Conn.Close()
+	c.fl.release()
+	return err
+}
