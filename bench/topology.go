@@ -9,7 +9,7 @@ import (
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/link"
-	"github.com/ustack-dev/ustack/link/mem"
+	"github.com/ustack-dev/ustack/link/linkspec"
 	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
 	"github.com/ustack-dev/ustack/stack"
@@ -93,10 +93,13 @@ func ustackHost(c Config, ep gstack.LinkEndpoint, addr netip.Prefix) (*stack.Sta
 // memTopology is two ustack hosts in this process over a mem pair, each
 // NIC with the cell's qdisc, so that data and ACKs both go through one.
 func memTopology(c Config) (*topology, error) {
-	a, b, err := mem.Pair(c.Mem)
+	// The wire's faults are still mem's own, in c.Mem; c.Impair is for
+	// the device links.
+	a, b, err := linkspec.OpenPair(&linkspec.Options{Mem: c.Mem})
 	if err != nil {
 		return nil, err
 	}
+	ra, rb := a.(link.Reporter), b.(link.Reporter)
 	t := &topology{serverAddr: memServer}
 	cs, cid, err := ustackHost(c, a, netip.PrefixFrom(memClient, 24))
 	if err != nil {
@@ -111,9 +114,9 @@ func memTopology(c Config) (*topology, error) {
 	}
 	t.closers = append(t.closers, func() { ss.Close() })
 	t.client, t.server = cs, ss
-	t.clientTX = func() uint64 { return a.LinkStats().TXPackets }
-	t.serverRX = func() uint64 { return b.LinkStats().RXPackets }
-	t.wireLost = func() uint64 { return b.LinkStats().ImpairLost }
+	t.clientTX = linkCounter(ra, func(st link.Stats) uint64 { return st.TXPackets })
+	t.serverRX = linkCounter(rb, func(st link.Stats) uint64 { return st.RXPackets })
+	t.wireLost = linkCounter(rb, func(st link.Stats) uint64 { return st.ImpairLost })
 	t.qdiscs = func() (*sched.Stats, *sched.Stats) { return qdiscOf(cs, cid), qdiscOf(ss, sid) }
 	t.polls = func() (*poll.Stats, *poll.Stats) { return pollOf(cs), pollOf(ss) }
 	return t, nil
