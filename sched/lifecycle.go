@@ -24,7 +24,6 @@ func newQdisc(strat strategy, lower stack.LinkWriter, o Options) (*Qdisc, error)
 		batchMax: min(o.Batch, o.Quota),
 		maxBurst: o.MaxBurst,
 		retry:    o.RetryInterval,
-		udpBlock: max(o.UDPBlock, 0),
 		profile:  !o.NoProfile,
 		fifo:     newPktRing(o.Limit + min(o.Batch, o.Quota)),
 		kick:     make(chan struct{}, 1),

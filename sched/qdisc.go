@@ -48,11 +48,6 @@ const (
 	// full link that cannot signal writability: about one syscall-bound
 	// device's time to drain a batch.
 	DefaultRetryInterval = 50 * time.Microsecond
-	// DefaultUDPBlock is how long a UDP writer waits for room in a full
-	// queue before it is refused: long enough for the runner to send a few
-	// batches on any link we have (a batch leaves in well under a
-	// millisecond), short enough that a dead link shows as ENOBUFS soon.
-	DefaultUDPBlock = 100 * time.Millisecond
 )
 
 // WritableNotifier is implemented by links that can say when a write that
@@ -63,6 +58,18 @@ const (
 // through; a link that does not is retried every Options.RetryInterval.
 type WritableNotifier interface {
 	NotifyWritable(f func())
+}
+
+// RoomNotifier is implemented by disciplines that can say when a full
+// queue has room again: every one of ours. A discipline never waits for
+// room itself (a full queue refuses at once, counted); a writer that may
+// wait, as a blocking socket waits for send buffer, waits on Room before
+// it writes or after a refusal, and then (re)tries.
+type RoomNotifier interface {
+	// Room returns a channel closed once the queue has room for writers
+	// that wait, or the discipline is closed; closed already if there is
+	// room now. It is safe for concurrent use and cheap when there is room.
+	Room() <-chan struct{}
 }
 
 // Reporter is implemented by disciplines that keep Stats: every one of
@@ -85,6 +92,7 @@ var strategyNames = [...]string{RootLock, BusyLock, EnqLock, LList}
 var (
 	_ stack.QueueingDiscipline = (*Qdisc)(nil)
 	_ Reporter                 = (*Qdisc)(nil)
+	_ RoomNotifier             = (*Qdisc)(nil)
 )
 
 // Qdisc is a Linux-style queueing discipline: run in the sender's
@@ -104,7 +112,6 @@ type Qdisc struct {
 	batchMax int
 	maxBurst int
 	retry    time.Duration
-	udpBlock time.Duration // 0: never block
 	profile  bool
 	notifies bool
 
@@ -120,10 +127,10 @@ type Qdisc struct {
 	sent, bytes, batches, requeued    uint64
 	refused, dropped                  Drops
 	handoffs, linkFull, retries       uint64
-	blocked                           uint64 // waits of UDP writers for room
+	blocked                           uint64 // waits registered by Room
 	llScratch                         []*node
 	// room is closed, and forgotten, when a full queue frees room while
-	// writers wait on it (roomWaiters).
+	// writers wait on it (roomWaiters, registered by Room).
 	room        chan struct{}
 	roomWaiters int
 
@@ -137,8 +144,9 @@ type Qdisc struct {
 	casRetries   atomic.Uint64
 	burstRefused atomic.Uint64
 	overRefused  atomic.Uint64 // llist pushes refused for a full queue
-	// backlogHint mirrors the queue length for llist's pushers, which do
-	// not take the root lock: written once per batch under it.
+	// backlogHint mirrors the queue length for those who do not take the
+	// root lock (llist's pushers, Room's first look): written under it
+	// whenever the queue changes.
 	backlogHint atomic.Int32
 
 	// The runner's scratch: only the token holder touches them.
@@ -156,6 +164,8 @@ type Qdisc struct {
 	// hookBeforeRecheck, when set by a test, runs in the runner after a
 	// batch is written and before it takes the root lock to look for more.
 	hookBeforeRecheck func()
+	// llHooks, when set by a test, force llist interleavings (llist.go).
+	llHooks *llistHooks
 }
 
 // WritePacket implements stack.QueueingDiscipline. The caller keeps its

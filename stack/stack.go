@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/network/arp"
@@ -27,8 +28,9 @@ type Stack struct {
 	s *gstack.Stack
 
 	udpRecvErr bool
-	poller     *poll.Poller // busy polling; Mode off when disabled
-	cache      bool         // conns keep their scratch (Options.Cache)
+	udpWait    time.Duration // Options.UDPWait with its default; <= 0: never
+	poller     *poll.Poller  // busy polling; Mode off when disabled
+	cache      bool          // conns keep their scratch (Options.Cache)
 
 	mu     sync.Mutex // guards nics and closed
 	nics   []*nic
@@ -81,7 +83,10 @@ func New(opts *Options) (*Stack, error) {
 		s.Destroy()
 		return nil, err
 	}
-	return &Stack{s: s, udpRecvErr: o.UDPRecvErr, poller: p, cache: o.Cache.On()}, nil
+	if o.UDPWait == 0 {
+		o.UDPWait = DefaultUDPWait
+	}
+	return &Stack{s: s, udpRecvErr: o.UDPRecvErr, udpWait: o.UDPWait, poller: p, cache: o.Cache.On()}, nil
 }
 
 // Caching reports whether buffer caching is on (Options.Cache), for
