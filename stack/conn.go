@@ -175,13 +175,8 @@ func (s *Stack) udp(op string, laddr, raddr netip.AddrPort, proto tcpip.NetworkP
 	if terr != nil {
 		return nil, opError(op, "udp", laddr, netError(terr))
 	}
-	// IP_RECVERR is how gVisor tells a writer that the NIC refused its
-	// datagram (without it the refusal is swallowed, as in Linux): on for
-	// UDPRecvErr, and for the socket itself when it waits for room.
-	recvErr := s.udpRecvErr || s.udpWait > 0
-	if recvErr {
-		ep.SocketOptions().SetIPv4RecvError(true)
-		ep.SocketOptions().SetIPv6RecvError(true)
+	if s.udpRecvErr {
+		setRecvErr(ep)
 	}
 	if laddr.IsValid() {
 		if terr := ep.Bind(fullAddress(laddr)); terr != nil {
@@ -196,14 +191,23 @@ func (s *Stack) udp(op string, laddr, raddr netip.AddrPort, proto tcpip.NetworkP
 		}
 	}
 	g := gonet.NewUDPConn(&wq, ep)
-	if !recvErr && !s.poller.Enabled() && !s.cache {
+	if !s.udpRecvErr && s.udpWait <= 0 && !s.poller.Enabled() && !s.cache {
 		return g, nil
 	}
-	u := &udpSocket{UDPConn: g, ep: ep, wq: &wq, recvErr: recvErr, gate: newReadGate(ep, s.poller), io: newConnIO(s.cache)}
+	u := &udpSocket{UDPConn: g, ep: ep, wq: &wq, gate: newReadGate(ep, s.poller), io: newConnIO(s.cache)}
+	u.recvErr.Store(s.udpRecvErr)
 	if s.udpWait > 0 {
 		u.room = &roomWait{st: s, wait: s.udpWait, report: s.udpRecvErr, proto: proto}
 	}
 	return u, nil
+}
+
+// setRecvErr sets IP_RECVERR and IPV6_RECVERR on ep: the way gVisor tells
+// a writer that the NIC refused its datagram (without it the refusal is
+// swallowed, as in Linux), and queues ICMP errors on the socket.
+func setRecvErr(ep tcpip.Endpoint) {
+	ep.SocketOptions().SetIPv4RecvError(true)
+	ep.SocketOptions().SetIPv6RecvError(true)
 }
 
 // roomFor returns the room signal (sched.RoomNotifier) of the qdisc of the

@@ -285,18 +285,22 @@ func (c *tcpConn) Close() error {
 }
 
 // udpSocket is a UDP socket with any of: IP_RECVERR drained (recvErr),
-// busy-polling reads (gate), cached fast paths (io).
+// busy-polling reads (gate), cached fast paths (io), waiting for room in a
+// full NIC queue (room).
 //
 // With IP_RECVERR, gVisor queues every ICMP error the socket receives,
 // with a copy of the offending datagram, on an error queue that gonet
 // cannot read and that gVisor neither bounds nor releases at Close. The
-// socket empties that queue, releasing each copy, before each write and at
-// Close, so it neither grows nor leaks.
+// socket empties that queue, releasing each copy, before each write and
+// read and at Close, so it neither grows nor leaks. IP_RECVERR is on from
+// the start under UDPRecvErr; a socket that waits for room needs it only
+// to learn of refusals, so it sets it at its first write: a socket that
+// never writes queues nothing.
 type udpSocket struct {
 	*gonet.UDPConn
 	ep      tcpip.Endpoint
 	wq      *waiter.Queue
-	recvErr bool
+	recvErr atomic.Bool // IP_RECVERR is set
 	gate    *readGate
 	io      *connIO
 	room    *roomWait    // nil: a refused write fails at once
@@ -349,6 +353,10 @@ func (c *udpSocket) send(b []byte, to *tcpip.FullAddress, addr net.Addr) (int, e
 	r := c.room
 	if r == nil {
 		return c.writeOnce(b, to, addr)
+	}
+	if !c.recvErr.Load() {
+		setRecvErr(c.ep)
+		c.recvErr.Store(true)
 	}
 	var (
 		deadline time.Time
@@ -447,7 +455,7 @@ func (c *udpSocket) roomFor(to *tcpip.FullAddress) sched.RoomNotifier {
 }
 
 func (c *udpSocket) drainErrors() {
-	if !c.recvErr {
+	if !c.recvErr.Load() {
 		return
 	}
 	so := c.ep.SocketOptions()
@@ -460,6 +468,7 @@ func (c *udpSocket) drainErrors() {
 
 // Read implements net.Conn.
 func (c *udpSocket) Read(b []byte) (int, error) {
+	c.drainErrors()
 	c.gate.wait(1) // a datagram may be empty, so even len(b) == 0 reads one
 	res, err, handled := c.io.readWait(c.ep, c.wq, b, tcpip.ReadOptions{})
 	switch {
@@ -473,6 +482,7 @@ func (c *udpSocket) Read(b []byte) (int, error) {
 
 // ReadFrom implements net.PacketConn.
 func (c *udpSocket) ReadFrom(b []byte) (int, net.Addr, error) {
+	c.drainErrors()
 	c.gate.wait(1)
 	return c.UDPConn.ReadFrom(b)
 }

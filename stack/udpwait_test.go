@@ -15,6 +15,7 @@ import (
 	"github.com/ustack-dev/ustack/link/mem"
 	"github.com/ustack-dev/ustack/sched"
 	"github.com/ustack-dev/ustack/stack"
+	"github.com/ustack-dev/ustack/stack/stacktest"
 )
 
 // heldLink is a link whose first write blocks until release is closed:
@@ -163,4 +164,20 @@ func TestUDPWaitIsBounded(t *testing.T) {
 	var ne net.Error
 	require.ErrorAs(t, err, &ne)
 	require.True(t, ne.Timeout() || strings.Contains(err.Error(), "no buffer space"), "the write deadline ends the wait: %v", err)
+}
+
+// TestUDPRecvErrOnlyOnceWritten: a socket that waits for room sets
+// IP_RECVERR (how it learns of refusals) at its first write, so that a
+// socket that only reads never queues ICMP errors.
+func TestUDPRecvErrOnlyOnceWritten(t *testing.T) {
+	p := stacktest.New(t, nil)
+	srv, err := p.B.ListenUDP(netip.AddrPortFrom(stacktest.B4, 9))
+	require.NoError(t, err)
+	defer srv.Close()
+	ep := stack.EndpointOf(srv.(net.Conn))
+	require.NotNil(t, ep)
+	require.False(t, ep.SocketOptions().GetIPv4RecvError(), "a socket that has not written")
+	_, err = srv.WriteTo([]byte{1}, net.UDPAddrFromAddrPort(netip.AddrPortFrom(stacktest.A4, 9)))
+	require.NoError(t, err)
+	require.True(t, ep.SocketOptions().GetIPv4RecvError(), "set at the first write")
 }
