@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
 
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 
@@ -53,6 +54,17 @@ func (s Spec) Device() bool { return s.Kind == AFPacket || s.Kind == Tun }
 // ifNameMax is the longest interface name Linux takes (IFNAMSIZ - 1).
 const ifNameMax = 15
 
+// validIfName reports whether Linux would take name for an interface: the
+// rules of the kernel's dev_valid_name.
+func validIfName(name string) bool {
+	if len(name) > ifNameMax || name == "." || name == ".." {
+		return false
+	}
+	return !strings.ContainsFunc(name, func(r rune) bool {
+		return r == '/' || r == ':' || r == 0 || unicode.IsSpace(r)
+	})
+}
+
 // Parse reads a link spec: afpacket:IFACE, tun:NAME or mem. The error
 // names the spec and says what is valid.
 func Parse(spec string) (Spec, error) {
@@ -62,8 +74,8 @@ func Parse(spec string) (Spec, error) {
 		if name == "" {
 			return Spec{}, fmt.Errorf("link %q: %s needs an interface name (%s:NAME); valid specs are %s", spec, kind, kind, Usage)
 		}
-		if len(name) > ifNameMax || strings.ContainsAny(name, "/: \t\n") {
-			return Spec{}, fmt.Errorf("link %q: %q is not an interface name: at most %d characters, no '/', ':' or spaces", spec, name, ifNameMax)
+		if !validIfName(name) {
+			return Spec{}, fmt.Errorf("link %q: %q is not an interface name: at most %d bytes, not . or .., no '/', ':', spaces or NUL", spec, name, ifNameMax)
 		}
 		return Spec{Kind: Kind(kind), Name: name}, nil
 	case Mem:

@@ -2,6 +2,7 @@ package linkspec_test
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -55,13 +56,17 @@ func TestParseBad(t *testing.T) {
 		{"tun:a/b", []string{"not an interface name"}},
 		{"afpacket:eth0:1", []string{"not an interface name"}},
 		{"afpacket:eth 0", []string{"not an interface name"}},
+		{"tun:.", []string{"not an interface name"}},
+		{"tun:..", []string{"not an interface name"}},
+		{"tun:a\x00b", []string{"not an interface name"}},
+		{"tun:a\vb", []string{"not an interface name"}},
 		{"mem:x", []string{"mem takes no name", linkspec.Usage}},
 		{"mem:", []string{"mem takes no name", linkspec.Usage}},
 	} {
 		t.Run(tc.spec, func(t *testing.T) {
 			_, err := linkspec.Parse(tc.spec)
 			require.Error(t, err)
-			require.Contains(t, err.Error(), `link "`+tc.spec+`"`, "the error must name the spec")
+			require.Contains(t, err.Error(), "link "+strconv.Quote(tc.spec), "the error must name the spec")
 			for _, w := range tc.want {
 				require.Contains(t, err.Error(), w)
 			}
@@ -117,4 +122,21 @@ func TestOpenPairBadImpairments(t *testing.T) {
 	_, _, err := linkspec.OpenPair(&linkspec.Options{Impair: link.Impairments{Loss: 2}})
 	require.ErrorContains(t, err, "link mem")
 	require.False(t, errors.Is(err, linkspec.ErrPair))
+}
+
+// FuzzParse: Parse either refuses a spec, naming it, or reads one that
+// String gives back unchanged.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"afpacket:eth0", "tun:tun0", "mem", "", ":", "mem:", "tun:", "veth:x", "tun:a:b", "afpacket:0123456789abcdef"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, spec string) {
+		s, err := linkspec.Parse(spec)
+		if err != nil {
+			require.Contains(t, err.Error(), strconv.Quote(spec))
+			return
+		}
+		require.Equal(t, spec, s.String())
+		require.Contains(t, []linkspec.Kind{linkspec.AFPacket, linkspec.Tun, linkspec.Mem}, s.Kind)
+	})
 }
