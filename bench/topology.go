@@ -10,7 +10,7 @@ import (
 
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/impair"
-	"github.com/ustack-dev/ustack/link/mem"
+	"github.com/ustack-dev/ustack/link/linkspec"
 	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
 	"github.com/ustack-dev/ustack/stack"
@@ -96,52 +96,38 @@ func ustackHost(c Config, ep gstack.LinkEndpoint, addr netip.Prefix) (*stack.Sta
 // With impairments, each host's endpoint is wrapped to impair what it
 // receives (impair.OnReceive), so each direction of the wire has them.
 func memTopology(c Config) (*topology, error) {
-	a, b, err := mem.Pair(c.Mem)
+	a, b, err := linkspec.OpenPair(&linkspec.Options{Mem: c.Mem, Impair: c.Impair})
 	if err != nil {
 		return nil, err
 	}
-	var ca, sb gstack.LinkEndpoint = a, b
-	var faults *impair.Endpoint // the server's: client-to-server faults
-	if c.Impair.Active() {
-		wa, err := impair.Wrap(a, impair.OnReceive(c.Impair, 1))
-		if err != nil {
-			a.Close()
-			b.Close()
-			return nil, err
-		}
-		if faults, err = impair.Wrap(b, impair.OnReceive(c.Impair, 0)); err != nil {
-			wa.Close()
-			b.Close()
-			return nil, err
-		}
-		ca, sb = wa, faults
-	}
+	faults, _ := b.(*impair.Endpoint) // the server's: client-to-server faults
 	t := &topology{serverAddr: memServer}
-	cs, cid, err := ustackHost(c, ca, netip.PrefixFrom(memClient, 24))
+	cs, cid, err := ustackHost(c, a, netip.PrefixFrom(memClient, 24))
 	if err != nil {
-		sb.Close()
+		b.Close()
 		return nil, err
 	}
 	t.closers = append(t.closers, func() { cs.Close() })
-	ss, sid, err := ustackHost(c, sb, netip.PrefixFrom(memServer, 24))
+	ss, sid, err := ustackHost(c, b, netip.PrefixFrom(memServer, 24))
 	if err != nil {
 		t.close()
 		return nil, err
 	}
 	t.closers = append(t.closers, func() { ss.Close() })
 	t.client, t.server = cs, ss
-	t.clientTX = func() uint64 { return a.LinkStats().TXPackets }
-	t.serverRX = func() uint64 { return b.LinkStats().RXPackets }
+	t.clientTX = linkCounter(a.(link.Reporter), func(st link.Stats) uint64 { return st.TXPackets })
+	t.serverRX = linkCounter(b.(link.Reporter), func(st link.Stats) uint64 { return st.RXPackets })
 	t.wireLost = func() uint64 { return 0 }
 	if faults != nil {
 		// The wire is the mem ring plus the wrapper: what reached the
-		// server's stack is what the ring delivered, less what the
-		// wrapper lost or dropped, plus its duplicates. The wrapper's
-		// counts are read first: the ring counts a packet before the
-		// wrapper sees it, so the difference never goes below zero.
+		// server's stack is what the ring delivered (the wrapper reports
+		// the ring's count), less what the wrapper lost or dropped, plus
+		// its duplicates. The wrapper's counts are read first: the ring
+		// counts a packet before the wrapper sees it, so the difference
+		// never goes below zero.
 		t.serverRX = func() uint64 {
 			rx, _ := faults.Counts()
-			return b.LinkStats().RXPackets + rx.Duplicated - rx.Lost - rx.CorruptDropped - rx.Dropped.Total()
+			return faults.LinkStats().RXPackets + rx.Duplicated - rx.Lost - rx.CorruptDropped - rx.Dropped.Total()
 		}
 		t.wireLost = func() uint64 { return faults.LinkStats().ImpairLost }
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/ustack-dev/ustack/internal/netns"
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/afpacket"
-	"github.com/ustack-dev/ustack/link/impair"
+	"github.com/ustack-dev/ustack/link/linkspec"
 	"github.com/ustack-dev/ustack/link/tun"
 	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
@@ -179,7 +179,7 @@ func deviceTopology(c Config) (*topology, error) {
 		}
 		ao.NoCache = noCache(c.Cache, ao.NoCache)
 		err = u.Do(func() (err error) {
-			ep, err = afpacket.New("uv0", &ao)
+			ep, err = linkspec.Open(linkspec.Spec{Kind: linkspec.AFPacket, Name: "uv0"}, &linkspec.Options{AFPacket: &ao, Impair: c.Impair})
 			return err
 		})
 		if err != nil {
@@ -197,7 +197,7 @@ func deviceTopology(c Config) (*topology, error) {
 			opts.MTU = uint32(c.mtu())
 		}
 		err = k.Do(func() (err error) {
-			ep, err = tun.Open(kernelIf, &opts)
+			ep, err = linkspec.Open(linkspec.Spec{Kind: linkspec.Tun, Name: kernelIf}, &linkspec.Options{Tun: &opts, Impair: c.Impair})
 			return err
 		})
 		if err != nil {
@@ -205,14 +205,6 @@ func deviceTopology(c Config) (*topology, error) {
 		}
 	default:
 		return nil, fmt.Errorf("unknown link %q: valid links are %s", c.Link, strings.Join(Links(), ", "))
-	}
-	if c.Impair.Active() {
-		w, err := impair.Wrap(ep, impair.BothWays(c.Impair))
-		if err != nil {
-			ep.Close()
-			return nil, err
-		}
-		ep = w
 	}
 	rep, _ := ep.(link.Reporter)
 	s, id, err := ustackHost(c, ep, ustackAddr)

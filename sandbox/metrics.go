@@ -1,61 +1,48 @@
 package sandbox
 
-import "github.com/prometheus/client_golang/prometheus"
+import "github.com/ustack-dev/ustack/metrics"
 
-// Collector exports a sandbox's counters (Stats) as Prometheus metrics,
-// read fresh on each scrape.
-type Collector struct{ s *Sandbox }
-
-// NewCollector returns a collector for s.
-func NewCollector(s *Sandbox) *Collector { return &Collector{s: s} }
-
+// The sandbox's metric families; its stack is exported by
+// metrics.NewStack(s.Stack()).
 var (
-	flowsDesc   = prometheus.NewDesc("ustack_tun_flows", "Flows relayed now, by protocol.", []string{"proto"}, nil)
-	openedDesc  = prometheus.NewDesc("ustack_tun_flows_opened_total", "Flows ever relayed, by protocol (UDP: NAT mappings).", []string{"proto"}, nil)
-	halfDesc    = prometheus.NewDesc("ustack_tun_tcp_half_open", "TCP connections waiting for their host-side connect.", nil, nil)
-	bytesDesc   = prometheus.NewDesc("ustack_tun_bytes_total", "Payload bytes relayed, by protocol and direction (up: from the sandbox).", []string{"proto", "dir"}, nil)
-	udpPktDesc  = prometheus.NewDesc("ustack_tun_udp_datagrams_total", "UDP datagrams relayed, by direction.", []string{"dir"}, nil)
-	echoDesc    = prometheus.NewDesc("ustack_tun_icmp_echo_total", "ICMP echo requests (up) and replies (down) relayed to and from the host.", []string{"dir"}, nil)
-	refusedDesc = prometheus.NewDesc("ustack_tun_refused_total", "Flows and datagrams refused, by reason.", []string{"reason"}, nil)
-	eventDesc   = prometheus.NewDesc("ustack_tun_events_total", "Other relay events: connect_failed, tcp_resets, udp_dropped, dns_queries, forward_conns, forward_failed.", []string{"event"}, nil)
+	flowsFamily   = &metrics.Family{Name: "ustack_tun_flows", Help: "Flows relayed now, by protocol.", Labels: []string{"proto"}, Gauge: true}
+	openedFamily  = &metrics.Family{Name: "ustack_tun_flows_opened_total", Help: "Flows ever relayed, by protocol (UDP: NAT mappings).", Labels: []string{"proto"}}
+	halfFamily    = &metrics.Family{Name: "ustack_tun_tcp_half_open", Help: "TCP connections waiting for their host-side connect.", Gauge: true}
+	bytesFamily   = &metrics.Family{Name: "ustack_tun_bytes_total", Help: "Payload bytes relayed, by protocol and direction (up: from the sandbox).", Labels: []string{"proto", "dir"}}
+	udpPktFamily  = &metrics.Family{Name: "ustack_tun_udp_datagrams_total", Help: "UDP datagrams relayed, by direction.", Labels: []string{"dir"}}
+	echoFamily    = &metrics.Family{Name: "ustack_tun_icmp_echo_total", Help: "ICMP echo requests (up) and replies (down) relayed to and from the host.", Labels: []string{"dir"}}
+	refusedFamily = &metrics.Family{Name: "ustack_tun_refused_total", Help: "Flows and datagrams refused, by reason.", Labels: []string{"reason"}}
+	eventFamily   = &metrics.Family{Name: "ustack_tun_events_total", Help: "Other relay events: connect_failed, tcp_resets, udp_dropped, dns_queries, forward_conns, forward_failed.", Labels: []string{"event"}}
 )
 
-// Describe implements prometheus.Collector.
-func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{flowsDesc, openedDesc, halfDesc, bytesDesc, udpPktDesc, echoDesc, refusedDesc, eventDesc} {
-		ch <- d
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	st := c.s.Stats()
-	gauge := func(d *prometheus.Desc, v float64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
-	}
-	counter := func(d *prometheus.Desc, v uint64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
-	}
-	gauge(flowsDesc, float64(st.TCPFlows), "tcp")
-	gauge(flowsDesc, float64(st.UDPFlows), "udp")
-	gauge(halfDesc, float64(st.HalfOpen))
-	counter(openedDesc, st.TCPOpened, "tcp")
-	counter(openedDesc, st.UDPOpened, "udp")
-	counter(bytesDesc, st.TCPBytesUp, "tcp", "up")
-	counter(bytesDesc, st.TCPBytesDown, "tcp", "down")
-	counter(bytesDesc, st.UDPBytesUp, "udp", "up")
-	counter(bytesDesc, st.UDPBytesDown, "udp", "down")
-	counter(udpPktDesc, st.UDPPacketsUp, "up")
-	counter(udpPktDesc, st.UDPPacketsDn, "down")
-	counter(echoDesc, st.EchoUp, "up")
-	counter(echoDesc, st.EchoDown, "down")
-	for _, r := range Reasons() {
-		counter(refusedDesc, st.Refused[r], r.String())
-	}
-	for _, e := range []struct {
-		name string
-		v    uint64
-	}{{"connect_failed", st.ConnectFailed}, {"tcp_resets", st.TCPResets}, {"udp_dropped", st.UDPDropped}, {"dns_queries", st.DNSQueries}, {"forward_conns", st.ForwardConns}, {"forward_failed", st.ForwardFailed}} {
-		counter(eventDesc, e.v, e.name)
-	}
+// NewCollector returns a collector of s's counters (Stats), read fresh on
+// each scrape, for metrics.Serve.
+func NewCollector(s *Sandbox) metrics.Collector {
+	fams := []*metrics.Family{flowsFamily, openedFamily, halfFamily, bytesFamily, udpPktFamily, echoFamily, refusedFamily, eventFamily}
+	return metrics.NewFunc(fams, func(emit metrics.Emit) {
+		st := s.Stats()
+		n := func(f *metrics.Family, v uint64, l ...string) { emit(f, float64(v), l...) }
+		emit(flowsFamily, float64(st.TCPFlows), "tcp")
+		emit(flowsFamily, float64(st.UDPFlows), "udp")
+		emit(halfFamily, float64(st.HalfOpen))
+		n(openedFamily, st.TCPOpened, "tcp")
+		n(openedFamily, st.UDPOpened, "udp")
+		n(bytesFamily, st.TCPBytesUp, "tcp", "up")
+		n(bytesFamily, st.TCPBytesDown, "tcp", "down")
+		n(bytesFamily, st.UDPBytesUp, "udp", "up")
+		n(bytesFamily, st.UDPBytesDown, "udp", "down")
+		n(udpPktFamily, st.UDPPacketsUp, "up")
+		n(udpPktFamily, st.UDPPacketsDn, "down")
+		n(echoFamily, st.EchoUp, "up")
+		n(echoFamily, st.EchoDown, "down")
+		for _, r := range Reasons() {
+			n(refusedFamily, st.Refused[r], r.String())
+		}
+		for _, e := range []struct {
+			name string
+			v    uint64
+		}{{"connect_failed", st.ConnectFailed}, {"tcp_resets", st.TCPResets}, {"udp_dropped", st.UDPDropped}, {"dns_queries", st.DNSQueries}, {"forward_conns", st.ForwardConns}, {"forward_failed", st.ForwardFailed}} {
+			n(eventFamily, e.v, e.name)
+		}
+	})
 }

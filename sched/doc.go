@@ -20,8 +20,10 @@
 // queue is empty or the quota is spent, then hands the rest to a
 // background goroutine (Linux's TX softirq); requeue at the head of what
 // the link refused, resumed on the link's writability signal
-// (WritableNotifier) or a timer; and counters plus a contention profile
-// cheap enough to leave on (Stats). They differ only in admission, each
+// (WritableNotifier) or a timer; a full queue that refuses at once, never
+// parking its caller, with a signal for writers that can wait for room
+// (RoomNotifier, which package stack's UDP sockets use); and counters plus
+// a contention profile cheap enough to leave on (Stats). They differ only in admission, each
 // from a netdev result: "rootlock" (everyone on the root lock, before
 // 2010), "busylock" (a second lock for enqueuers that find the qdisc
 // running), "enqlock" (a dedicated enqueue lock), and "llist" (a lock-free

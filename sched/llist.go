@@ -19,17 +19,59 @@ type node struct {
 	depth atomic.Int32
 }
 
-// nodePool recycles list nodes, so that a push does not allocate. Reuse is
-// safe for this list: nodes are only pushed one at a time and detached all
-// at once, so a recycled head can only make a stale pusher's CAS fail or
-// link it in front of a valid list.
+// nodePool recycles list nodes, so that a push does not allocate.
+//
+// Why recycling cannot corrupt the list (the ABA problem): a pusher loads
+// the head A, links its node n in front of it (n.next = A) and swaps n in
+// with one CAS that expects A. Between the load and the CAS a leader may
+// detach the whole list and recycle A, and another pusher may take A from
+// the pool and push it again, so that the head is A once more, now with
+// other contents. The CAS then succeeds. In a lock-free stack that pops
+// one node at a time this is the classic corruption: the popper's stale
+// A.next is installed as the head. This list never pops a single node:
+// pushes are its only CAS, and a push reads nothing of A but its address
+// (which it keeps as n.next) and its depth. So when the head is A again,
+// n.next = A is exactly the current list, and n lands in front of it: the
+// list stays whole, each packet on it once, in the order of the CASes that
+// put them there (a push's order point is its CAS, not its load). Only n's
+// depth may be stale (A's old depth plus one), and depth only feeds the
+// burst cap, a bound that may then be off by the difference for one list;
+// it never decides what is sent. TestLListABA forces this interleaving.
 var nodePool = sync.Pool{New: func() any { return new(node) }}
+
+// llistHooks let a test force an interleaving: a pointer on the Qdisc,
+// nil in production, so each hook point costs one predictable branch.
+type llistHooks struct {
+	// beforeCAS runs in a pusher between its load of the head (old) and
+	// its compare-and-swap.
+	beforeCAS func(old *node)
+	// get and put replace nodePool, so that a test recycles a node of
+	// its choosing when it chooses.
+	get func() *node
+	put func(*node)
+}
+
+func (q *Qdisc) getNode() *node {
+	if h := q.llHooks; h != nil {
+		return h.get()
+	}
+	return nodePool.Get().(*node)
+}
+
+func (q *Qdisc) putNode(n *node) {
+	n.pkt, n.next = nil, nil
+	if h := q.llHooks; h != nil {
+		h.put(n)
+		return
+	}
+	nodePool.Put(n)
+}
 
 // admitLList pushes pkt onto the deferred list with one compare-and-swap.
 // Whoever finds the list empty becomes its leader: it takes the root lock
 // for everybody; the others return at once.
-func (q *Qdisc) admitLList(pkt *stack.PacketBuffer, mayWait bool) (tcpip.Error, <-chan struct{}) {
-	n := nodePool.Get().(*node)
+func (q *Qdisc) admitLList(pkt *stack.PacketBuffer) tcpip.Error {
+	n := q.getNode()
 	// The reference must exist before the push publishes the node: a
 	// leader may take it and send it before this call returns.
 	n.pkt = pkt.IncRef()
@@ -48,36 +90,23 @@ func (q *Qdisc) admitLList(pkt *stack.PacketBuffer, mayWait bool) (tcpip.Error, 
 		// caller knows, as the lock-based strategies' callers do.
 		burst := int(depth) > q.maxBurst
 		if burst || int(depth)+int(q.backlogHint.Load()) > q.limit {
-			n.pkt, n.next = nil, nil
-			nodePool.Put(n)
+			q.putNode(n)
 			pkt.DecRef()
-			if mayWait {
-				// Wait for the runner to make room, as a lock-based
-				// strategy's writer does; a list at its cap drains
-				// into the queue as the runner empties it, too.
-				q.root.lock(q.profile)
-				var room <-chan struct{}
-				if !q.closed && q.running && (burst || q.fifo.len()+int(depth) > q.limit) {
-					room = q.roomLocked()
-				}
-				q.root.unlock()
-				if room != nil {
-					return nil, room
-				}
-				return q.admitLList(pkt, false)
-			}
 			if burst {
 				q.burstRefused.Add(1)
 			} else {
 				q.overRefused.Add(1)
 			}
-			return &tcpip.ErrNoBufferSpace{}, nil
+			return &tcpip.ErrNoBufferSpace{}
+		}
+		if q.llHooks != nil {
+			q.llHooks.beforeCAS(old)
 		}
 		if q.deferred.CompareAndSwap(old, n) {
 			if old != nil {
-				return nil, nil
+				return nil
 			}
-			return q.leadLList(), nil
+			return q.leadLList()
 		}
 		q.casRetries.Add(1)
 	}
@@ -106,8 +135,7 @@ func (q *Qdisc) leadLList() tcpip.Error {
 	for i := len(nodes) - 1; i >= 0; i-- {
 		n := nodes[i]
 		pkt := n.pkt
-		n.pkt, n.next = nil, nil
-		nodePool.Put(n)
+		q.putNode(n)
 		nodes[i] = nil
 		q.offered++
 		switch {

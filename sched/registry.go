@@ -48,10 +48,6 @@ type Options struct {
 	// NoProfile turns off the contention profile and the WritePacket
 	// latency histogram (on by default; the counters stay on).
 	NoProfile bool
-	// UDPBlock is how long a UDP writer may wait for room when the queue
-	// is full before it is refused (ENOBUFS); 0 means DefaultUDPBlock, a
-	// negative value never waits (Linux's behaviour: refuse at once).
-	UDPBlock time.Duration
 }
 
 func (o *Options) withDefaults() Options {
@@ -76,9 +72,6 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.RetryInterval <= 0 {
 		r.RetryInterval = DefaultRetryInterval
-	}
-	if r.UDPBlock == 0 {
-		r.UDPBlock = DefaultUDPBlock
 	}
 	return r
 }

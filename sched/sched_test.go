@@ -64,9 +64,8 @@ func TestOptionsDefaults(t *testing.T) {
 	require.Equal(t, DefaultBatch, o.Batch)
 	require.Equal(t, DefaultMaxBurst, o.MaxBurst)
 	require.Equal(t, DefaultRetryInterval, o.RetryInterval)
-	require.Equal(t, DefaultUDPBlock, o.UDPBlock)
-	o = (&Options{Limit: 5, Queues: 3, Quota: 7, Batch: 2, MaxBurst: 9, RetryInterval: time.Second, UDPBlock: -1}).withDefaults()
-	require.Equal(t, Options{Limit: 5, Queues: 3, Quota: 7, Batch: 2, MaxBurst: 9, RetryInterval: time.Second, UDPBlock: -1}, o)
+	o = (&Options{Limit: 5, Queues: 3, Quota: 7, Batch: 2, MaxBurst: 9, RetryInterval: time.Second}).withDefaults()
+	require.Equal(t, Options{Limit: 5, Queues: 3, Quota: 7, Batch: 2, MaxBurst: 9, RetryInterval: time.Second}, o)
 }
 
 // costly is a link whose every call and packet costs busy time, like a

@@ -46,7 +46,8 @@ type Stats struct {
 	// QuotaHandoffs counts runs that spent their quota with packets left
 	// and handed the rest to the background goroutine.
 	QuotaHandoffs uint64 `json:"quota_handoffs"`
-	// Blocked counts waits of UDP writers for room in a full queue.
+	// Blocked counts waits for room in a full queue registered through
+	// Room: a stack's UDP writers waiting before they write or retry.
 	Blocked uint64 `json:"blocked"`
 	// LinkFull counts runs that stopped because the link was full;
 	// WritableWakeups counts the link's signals that it can take more, and

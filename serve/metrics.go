@@ -1,130 +1,24 @@
 package serve
 
-import (
-	"reflect"
+import "github.com/ustack-dev/ustack/metrics"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/ustack-dev/ustack/link"
-	"github.com/ustack-dev/ustack/stack"
-)
-
-// Collector exports every counter of a host as Prometheus metrics, read
-// fresh on each scrape: gVisor's counters, each NIC's link and qdisc
-// counters, the qdisc contention profile and WritePacket latency, and the
-// services' counters.
-type Collector struct {
-	st  *stack.Stack
-	svc *Services
-}
-
-// NewCollector returns a collector for st and, if not nil, svc.
-func NewCollector(st *stack.Stack, svc *Services) *Collector { return &Collector{st: st, svc: svc} }
-
+// The services' metric families; the host's stack is exported by
+// metrics.NewStack.
 var (
-	gvisorDesc = prometheus.NewDesc("ustack_gvisor_total", "A counter of gVisor's tcpip.Stats, by field path.", []string{"counter"}, nil)
-	nicDesc    = prometheus.NewDesc("ustack_nic_gvisor_total", "A counter of gVisor's per-NIC stats, by field path.", []string{"nic", "counter"}, nil)
-	linkDesc   = prometheus.NewDesc("ustack_link_total", "A counter of the NIC's link endpoint (link.Stats field).", []string{"nic", "counter"}, nil)
-	qdiscDesc  = prometheus.NewDesc("ustack_qdisc_total", "A counter of the NIC's queueing discipline.", []string{"nic", "qdisc", "counter"}, nil)
-	backlog    = prometheus.NewDesc("ustack_qdisc_backlog_packets", "Packets queued in the NIC's qdisc.", []string{"nic", "qdisc"}, nil)
-	lockCont   = prometheus.NewDesc("ustack_qdisc_lock_contended_total", "Contended acquisitions of a qdisc lock.", []string{"nic", "qdisc", "lock"}, nil)
-	lockAcq    = prometheus.NewDesc("ustack_qdisc_lock_acquired_total", "Acquisitions of a qdisc lock.", []string{"nic", "qdisc", "lock"}, nil)
-	lockWait   = prometheus.NewDesc("ustack_qdisc_lock_wait_seconds_total", "Time waited for a qdisc lock (estimated from sampled waits).", []string{"nic", "qdisc", "lock"}, nil)
-	latency    = prometheus.NewDesc("ustack_qdisc_writepacket_seconds", "WritePacket duration, sampled one call in 16.", []string{"nic", "qdisc"}, nil)
-	svcDesc    = prometheus.NewDesc("ustack_serve_total", "A counter of the serve command's services.", []string{"counter"}, nil)
-	activeDesc = prometheus.NewDesc("ustack_serve_active_connections", "TCP connections the services hold open.", nil, nil)
-	pollDesc   = prometheus.NewDesc("ustack_busypoll_total", "A counter of busy-polling readers (poll.Stats field).", []string{"counter"}, nil)
-	pollSpin   = prometheus.NewDesc("ustack_busypoll_spin_seconds_total", "CPU time readers spent busy polling.", nil, nil)
-	pollBudget = prometheus.NewDesc("ustack_busypoll_budget_seconds", "The budget a busy-polling wait gets now.", nil, nil)
+	svcFamily    = &metrics.Family{Name: "ustack_serve_total", Help: "A counter of the serve command's services.", Labels: []string{"counter"}}
+	activeFamily = &metrics.Family{Name: "ustack_serve_active_connections", Help: "TCP connections the services hold open.", Gauge: true}
 )
 
-// Describe implements prometheus.Collector.
-func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{gvisorDesc, nicDesc, linkDesc, qdiscDesc, backlog, lockCont, lockAcq, lockWait, latency, svcDesc, activeDesc, pollDesc, pollSpin, pollBudget} {
-		ch <- d
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	st := c.st.Stats()
-	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
-	}
-	for _, k := range stack.CounterNames(st.GVisor) {
-		counter(gvisorDesc, st.GVisor[k], k)
-	}
-	for _, n := range st.NICs {
-		for _, k := range stack.CounterNames(n.GVisor) {
-			counter(nicDesc, n.GVisor[k], n.Name, k)
-		}
-		if n.HasLink {
-			for name, v := range fields(n.Link) {
-				counter(linkDesc, v, n.Name, name)
-			}
-		}
-		if !n.HasQdiscStats {
-			continue
-		}
-		q := n.QdiscStats
+// NewCollector returns a collector of svc's counters, read fresh on each
+// scrape, for metrics.Serve.
+func NewCollector(svc *Services) metrics.Collector {
+	return metrics.NewFunc([]*metrics.Family{svcFamily, activeFamily}, func(emit metrics.Emit) {
 		for name, v := range map[string]uint64{
-			"offered": q.Offered, "enqueued": q.Enqueued, "bypassed": q.Bypassed, "sent": q.Sent, "bytes": q.Bytes,
-			"batches": q.Batches, "requeued": q.Requeued, "quota_handoffs": q.QuotaHandoffs, "link_full": q.LinkFull,
-			"writable_wakeups": q.WritableWakeups, "timer_retries": q.TimerRetries,
-			"refused_overlimit": q.Refused.Overlimit, "refused_burst": q.Refused.Burst, "refused_closed": q.Refused.Closed, "refused_link": q.Refused.Link,
-			"dropped_overlimit": q.Dropped.Overlimit, "dropped_burst": q.Dropped.Burst, "dropped_closed": q.Dropped.Closed, "dropped_link": q.Dropped.Link,
+			"accepted": svc.Accepted.Load(), "echoed_bytes": svc.EchoedBytes.Load(), "discarded_bytes": svc.DiscardedBytes.Load(),
+			"udp_echoed": svc.UDPEchoed.Load(), "udp_discarded": svc.UDPDiscarded.Load(), "http_requests": svc.HTTPRequests.Load(), "http_bytes": svc.HTTPBytes.Load(),
 		} {
-			counter(qdiscDesc, v, n.Name, n.Qdisc, name)
+			emit(svcFamily, float64(v), name)
 		}
-		ch <- prometheus.MustNewConstMetric(backlog, prometheus.GaugeValue, float64(q.Backlog), n.Name, n.Qdisc)
-		for _, l := range q.Locks {
-			counter(lockCont, l.Contended, n.Name, n.Qdisc, l.Name)
-			counter(lockAcq, l.Acquisitions, n.Name, n.Qdisc, l.Name)
-			ch <- prometheus.MustNewConstMetric(lockWait, prometheus.CounterValue, l.TotalWait.Seconds(), n.Name, n.Qdisc, l.Name)
-		}
-		buckets := map[float64]uint64{}
-		var cum uint64
-		var sum float64
-		for i, v := range q.Latency {
-			cum += v
-			upper := 1.0
-			if i > 0 {
-				upper = float64(uint64(1) << i)
-				sum += float64(v) * upper * 0.75 // the bucket's middle
-			}
-			buckets[upper/1e9] = cum
-		}
-		ch <- prometheus.MustNewConstHistogram(latency, cum, sum/1e9, buckets, n.Name, n.Qdisc)
-	}
-	if p := st.BusyPoll; p.Mode != "off" {
-		for name, v := range map[string]uint64{
-			"waits": p.Waits, "polls": p.Polls, "polls_found": p.PollsFound, "hits": p.Hits, "runnable_exits": p.RunnableExits,
-			"budget_exhausted": p.BudgetExhausted, "parks": p.Parks, "probes": p.Probes, "watchdog_rearms": p.WatchdogRearms,
-		} {
-			counter(pollDesc, v, name)
-		}
-		ch <- prometheus.MustNewConstMetric(pollSpin, prometheus.CounterValue, p.SpinTime.Seconds())
-		ch <- prometheus.MustNewConstMetric(pollBudget, prometheus.GaugeValue, p.Budget.Seconds())
-	}
-	if s := c.svc; s != nil {
-		for name, v := range map[string]uint64{
-			"accepted": s.Accepted.Load(), "echoed_bytes": s.EchoedBytes.Load(), "discarded_bytes": s.DiscardedBytes.Load(),
-			"udp_echoed": s.UDPEchoed.Load(), "udp_discarded": s.UDPDiscarded.Load(), "http_requests": s.HTTPRequests.Load(), "http_bytes": s.HTTPBytes.Load(),
-		} {
-			counter(svcDesc, v, name)
-		}
-		ch <- prometheus.MustNewConstMetric(activeDesc, prometheus.GaugeValue, float64(s.Active.Load()))
-	}
-}
-
-// fields lists the uint64 fields of a link.Stats by name.
-func fields(s link.Stats) map[string]uint64 {
-	out := map[string]uint64{}
-	v := reflect.ValueOf(s)
-	for i := range v.NumField() {
-		if f := v.Field(i); f.Kind() == reflect.Uint64 {
-			out[v.Type().Field(i).Name] = f.Uint()
-		}
-	}
-	return out
+		emit(activeFamily, float64(svc.Active.Load()))
+	})
 }

@@ -5,16 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"net/netip"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/ustack-dev/ustack/metrics"
 	"github.com/ustack-dev/ustack/sched"
 	"github.com/ustack-dev/ustack/stack"
 )
@@ -45,7 +40,7 @@ type Config struct {
 type Host struct {
 	st      *stack.Stack
 	svc     *Services
-	metrics *MetricsServer
+	metrics *metrics.Server
 }
 
 // New builds the stack, starts the services and the metrics endpoint.
@@ -95,7 +90,7 @@ func New(cfg Config) (*Host, error) {
 		return fail(err)
 	}
 	if cfg.Metrics != "" {
-		if h.metrics, err = ServeMetrics(cfg.Metrics, NewCollector(st, h.svc)); err != nil {
+		if h.metrics, err = metrics.Serve(cfg.Metrics, metrics.NewStack(st), NewCollector(h.svc)); err != nil {
 			return fail(fmt.Errorf("serve: %w", err))
 		}
 	}
@@ -160,49 +155,4 @@ func qdiscName(q string) string {
 		return sched.None
 	}
 	return q
-}
-
-// MetricsServer serves Prometheus metrics over HTTP at /metrics.
-type MetricsServer struct {
-	srv  *http.Server
-	ln   net.Listener
-	done chan struct{} // closed when Serve has returned
-}
-
-// ServeMetrics serves the given collectors, and the Go runtime's and the
-// process's (goroutines, heap, resident memory, open descriptors, which a
-// soak or a leak hunt watches), on addr, a host (kernel) address such as
-// 127.0.0.1:9100.
-func ServeMetrics(addr string, cs ...prometheus.Collector) (*MetricsServer, error) {
-	reg := prometheus.NewRegistry()
-	cs = append(cs, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("metrics: %w", err)
-		}
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics on %s: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	m := &MetricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln: ln, done: make(chan struct{})}
-	go func() {
-		defer close(m.done)
-		m.srv.Serve(ln)
-	}()
-	return m, nil
-}
-
-// Addr returns the address metrics are served on.
-func (m *MetricsServer) Addr() string { return m.ln.Addr().String() }
-
-// Close stops the server, waiting up to 5 s for scrapes in progress.
-func (m *MetricsServer) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := m.srv.Shutdown(ctx)
-	<-m.done
-	return err
 }

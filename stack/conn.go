@@ -14,10 +14,13 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/ustack-dev/ustack/sched"
 )
 
 // ListenBacklog is the accept queue length of ListenTCP: 4096 is Linux's
@@ -173,8 +176,7 @@ func (s *Stack) udp(op string, laddr, raddr netip.AddrPort, proto tcpip.NetworkP
 		return nil, opError(op, "udp", laddr, netError(terr))
 	}
 	if s.udpRecvErr {
-		ep.SocketOptions().SetIPv4RecvError(true)
-		ep.SocketOptions().SetIPv6RecvError(true)
+		setRecvErr(ep)
 	}
 	if laddr.IsValid() {
 		if terr := ep.Bind(fullAddress(laddr)); terr != nil {
@@ -189,10 +191,49 @@ func (s *Stack) udp(op string, laddr, raddr netip.AddrPort, proto tcpip.NetworkP
 		}
 	}
 	g := gonet.NewUDPConn(&wq, ep)
-	if !s.udpRecvErr && !s.poller.Enabled() && !s.cache {
+	if !s.udpRecvErr && s.udpWait <= 0 && !s.poller.Enabled() && !s.cache {
 		return g, nil
 	}
-	return &udpSocket{UDPConn: g, ep: ep, wq: &wq, recvErr: s.udpRecvErr, gate: newReadGate(ep, s.poller), io: newConnIO(s.cache)}, nil
+	u := &udpSocket{UDPConn: g, ep: ep, wq: &wq, gate: newReadGate(ep, s.poller), io: newConnIO(s.cache)}
+	u.recvErr.Store(s.udpRecvErr)
+	if s.udpWait > 0 {
+		u.room = &roomWait{st: s, wait: s.udpWait, report: s.udpRecvErr, proto: proto}
+	}
+	return u, nil
+}
+
+// setRecvErr sets IP_RECVERR and IPV6_RECVERR on ep: the way gVisor tells
+// a writer that the NIC refused its datagram (without it the refusal is
+// swallowed, as in Linux), and queues ICMP errors on the socket.
+func setRecvErr(ep tcpip.Endpoint) {
+	ep.SocketOptions().SetIPv4RecvError(true)
+	ep.SocketOptions().SetIPv6RecvError(true)
+}
+
+// roomFor returns the room signal (sched.RoomNotifier) of the qdisc of the
+// NIC that a datagram from local to remote leaves by, or nil if there is
+// no route or that qdisc cannot signal room (gVisor's none and fifo).
+func (s *Stack) roomFor(local tcpip.FullAddress, remote tcpip.FullAddress, proto tcpip.NetworkProtocolNumber) sched.RoomNotifier {
+	nicID := remote.NIC
+	if nicID == 0 {
+		nicID = local.NIC
+	}
+	r, terr := s.s.FindRoute(nicID, local.Addr, remote.Addr, proto, false)
+	if terr != nil {
+		return nil
+	}
+	nicID = r.OutgoingNIC()
+	r.Release()
+	var qd gstack.QueueingDiscipline
+	s.mu.Lock()
+	for _, n := range s.nics {
+		if n.id == nicID {
+			qd = n.qd
+		}
+	}
+	s.mu.Unlock()
+	rn, _ := qd.(sched.RoomNotifier)
+	return rn
 }
 
 // udpConn is what DialUDP and ListenUDP return: a net.Conn that is also a

@@ -25,6 +25,16 @@ type Options struct {
 	// the drop is counted either way (NICs.TxPacketsDroppedNoBufferSpace).
 	// With it on, ICMP errors also queue on the socket's error queue.
 	UDPRecvErr bool
+	// UDPWait is how long a UDP socket's write that a full NIC queue
+	// refused waits for room before it gives up, as a Linux socket waits
+	// for send buffer: it waits for the qdisc's room signal
+	// (sched.RoomNotifier) and retries. 0 means DefaultUDPWait; a negative
+	// value never waits (the write is refused at once). The wait is in the
+	// writer's goroutine, above the qdisc, which itself never waits: a
+	// forwarding stack's receive loop and TCP's goroutines are refused at
+	// once. A write still refused when the wait is over fails with ENOBUFS
+	// under UDPRecvErr, and is otherwise dropped, counted, as Linux drops it.
+	UDPWait time.Duration
 	// BusyPoll makes a reader whose conn has nothing to read poll the
 	// stack's links from its own goroutine for a while before it parks
 	// (package poll). The zero value, off, is the default: whether it pays
@@ -47,6 +57,13 @@ type Options struct {
 	// Resolver). Empty means names cannot be resolved: dial addresses.
 	DNS []netip.Addr
 }
+
+// DefaultUDPWait is what a zero Options.UDPWait stands for: long enough
+// for a qdisc's runner to send a few batches on any link we have (a batch
+// leaves in well under a millisecond), short enough that a dead link shows
+// as ENOBUFS soon. At 64 udp_stream senders it takes refusals from over
+// half of all attempts to a fraction of a percent (see the README).
+const DefaultUDPWait = 100 * time.Millisecond
 
 // CacheMode turns the stack's buffer caching on or off.
 type CacheMode uint8

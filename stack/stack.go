@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/network/arp"
@@ -27,6 +28,7 @@ type Stack struct {
 	s *gstack.Stack
 
 	udpRecvErr bool
+	udpWait    time.Duration  // Options.UDPWait with its default; <= 0: never
 	poller     *poll.Poller   // busy polling; Mode off when disabled
 	cache      bool           // conns keep their scratch (Options.Cache)
 	dns        *resolver      // Options.DNS behind Resolver (resolve.go)
@@ -83,7 +85,10 @@ func New(opts *Options) (*Stack, error) {
 		s.Destroy()
 		return nil, err
 	}
-	st := &Stack{s: s, udpRecvErr: o.UDPRecvErr, poller: p, cache: o.Cache.On()}
+	if o.UDPWait == 0 {
+		o.UDPWait = DefaultUDPWait
+	}
+	st := &Stack{s: s, udpRecvErr: o.UDPRecvErr, udpWait: o.UDPWait, poller: p, cache: o.Cache.On()}
 	st.dns = newResolver(st, o.DNS)
 	if o.Relay {
 		st.relay = installRelayHandlers(s)

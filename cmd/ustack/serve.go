@@ -12,6 +12,9 @@ import (
 	"syscall"
 
 	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/link/afpacket"
+	"github.com/ustack-dev/ustack/link/linkspec"
+	"github.com/ustack-dev/ustack/link/tun"
 	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
 	"github.com/ustack-dev/ustack/serve"
@@ -51,8 +54,15 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return usage("unexpected argument %q", fs.Arg(0))
 	}
-	if kind, name, _ := strings.Cut(*linkSpec, ":"); (kind != "afpacket" && kind != "tun") || name == "" {
-		return usage("-link %q: want afpacket:IFACE or tun:NAME (-link is required)", *linkSpec)
+	if *linkSpec == "" {
+		return usage("-link is required: afpacket:IFACE or tun:NAME")
+	}
+	spec, err := linkspec.Parse(*linkSpec)
+	if err == nil && !spec.Device() {
+		err = fmt.Errorf("link %q: a mem link joins two stacks in one process; serve needs a device", *linkSpec)
+	}
+	if err != nil {
+		return usage("-link: %v (serve takes afpacket:IFACE or tun:NAME)", err)
 	}
 	prefixes, err := parsePrefixes(*addrs)
 	if err != nil || len(prefixes) == 0 {
@@ -95,17 +105,20 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usage("-busypoll: %v", err)
 	}
-	ep, err := serve.OpenLink(*linkSpec, serve.LinkOptions{Queues: *queues, NoOffload: !*offload, MTU: uint32(*mtu), PeerAddrs: peers, Impair: im})
+	ep, err := linkspec.Open(spec, &linkspec.Options{
+		AFPacket: &afpacket.Options{Queues: *queues, NoOffload: !*offload},
+		Tun:      &tun.Options{Queues: *queues, NoOffload: !*offload, MTU: uint32(*mtu), Addrs: peers},
+		Impair:   im,
+	})
 	if err != nil {
 		fmt.Fprintf(stderr, "ustack serve: %v\n", err)
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	_, name, _ := strings.Cut(*linkSpec, ":")
 	err = serve.Run(ctx, serve.Config{
 		Endpoint: ep,
-		Name:     name,
+		Name:     spec.Name,
 		Addrs:    prefixes,
 		Gateways: gateways,
 		Qdisc:    *qdisc,

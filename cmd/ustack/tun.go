@@ -14,10 +14,10 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/ustack-dev/ustack/metrics"
 	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sandbox"
 	"github.com/ustack-dev/ustack/sched"
-	"github.com/ustack-dev/ustack/serve"
 )
 
 // listFlag collects a repeatable flag; each use may also be a
@@ -61,7 +61,7 @@ func tunMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		tcpBuf     = fs.Int("tcp-buffer", sandbox.DefaultTCPBuffer, "most bytes gVisor buffers per direction of one TCP flow")
 		udpIdle    = fs.Duration("udp-timeout", sandbox.DefaultUDPIdleTimeout, "a UDP mapping ends after this long without traffic")
 		connTO     = fs.Duration("connect-timeout", sandbox.DefaultConnectTimeout, "limit on a host-side TCP connect")
-		metrics    = fs.String("metrics", "", "serve Prometheus metrics on this host address, e.g. 127.0.0.1:9100")
+		metricsAt  = fs.String("metrics", "", "serve Prometheus metrics on this host address, e.g. 127.0.0.1:9100")
 		printStats = fs.Bool("stats", false, "print the relay's counters on exit")
 		cpuProfile = fs.String("cpuprofile", "", "write a CPU profile of ustack (not of CMD) to this file")
 		traceFile  = fs.String("trace", "", "write an execution trace of ustack (go tool trace) to this file")
@@ -221,8 +221,8 @@ Flags:
 			writeTunStats(stderr, sb.Stats())
 		}
 	}()
-	if *metrics != "" {
-		m, err := serve.ServeMetrics(*metrics, sandbox.NewCollector(sb), serve.NewCollector(sb.Stack(), nil))
+	if *metricsAt != "" {
+		m, err := metrics.Serve(*metricsAt, sandbox.NewCollector(sb), metrics.NewStack(sb.Stack()))
 		if err != nil {
 			fmt.Fprintf(stderr, "ustack tun: %v\n", err)
 			return 1
