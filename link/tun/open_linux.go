@@ -114,8 +114,9 @@ func Open(name string, opts *Options) (*Endpoint, error) {
 // Closing it deletes the device if it was the device's last descriptor and
 // the device is not persistent (on Android, that ends the VPN). On error
 // OpenFD has not closed fd or changed its flags: it is still the caller's.
-// An fd that is not a TUN device is refused so. It needs no privilege
-// beyond holding fd.
+// An fd that is not a TUN device (or is a TAP one) is refused with an
+// error that says so, and left open. OpenFD needs no privilege beyond
+// holding fd.
 //
 // A queue of a multi-queue device (IFF_MULTI_QUEUE, reported by
 // MultiQueue) is adopted alone: the kernel steers each flow to one of the
