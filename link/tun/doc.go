@@ -7,9 +7,19 @@
 // with no link header, like link/mem, so no link address resolution is
 // needed.
 //
+// OpenFD adopts instead the descriptor of a device that something else
+// created and configured: the one Android's VpnService.establish returns,
+// or one a privileged helper opened and passed over a unix socket
+// (SCM_RIGHTS, as in the example). It needs no privilege and no netlink:
+// it asks the device its name and flags (TUNGETIFF), uses the virtio-net
+// header exactly when the descriptor has it, and takes what it cannot ask
+// (the MTU) from Options. From there on both build the same endpoint
+// through the same code.
+//
 // # Offloads
 //
-// Unless Options.NoOffload is set, the device is opened with IFF_VNET_HDR:
+// Unless Options.NoOffload is set, Open opens the device with IFF_VNET_HDR
+// (OpenFD finds whether the descriptor has it):
 // every packet in either direction carries a virtio-net header (package
 // link/vnet), and TUNSETOFFLOAD tells the kernel what ustack can take:
 // partial checksums (TUN_F_CSUM), TCP super-segments (TUN_F_TSO4/6), and,
@@ -38,6 +48,9 @@
 // TCP build super-segments and cut them itself (gVisor GSO), which saves
 // per-segment work in TCP but still costs one write per segment. With
 // NoOffload there is no header at all and gVisor verifies every checksum.
+// An adopted descriptor whose device's policy refuses TUNSETOFFLOAD keeps
+// its creator's offloads (Offloads.Inherited): the receive path takes
+// whatever the headers announce, and the endpoint claims no host GSO.
 //
 // # Queues and goroutines
 //
@@ -66,6 +79,6 @@
 // stops, writes fail, and Err reports it with an error matching
 // link.ErrDeviceGone.
 //
-// Everything here needs CAP_NET_ADMIN. On systems other than Linux, Open
-// returns ErrNotSupported.
+// Open needs CAP_NET_ADMIN; OpenFD needs only the descriptor. On systems
+// other than Linux, both return ErrNotSupported.
 package tun

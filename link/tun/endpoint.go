@@ -25,8 +25,8 @@ var (
 	_ poll.Source        = (*Endpoint)(nil)
 )
 
-// ErrNotSupported is returned by Open where TUN devices are not supported
-// in this package (every system but Linux).
+// ErrNotSupported is returned by Open and OpenFD where TUN devices are not
+// supported in this package (every system but Linux).
 var ErrNotSupported = errors.New("tun: TUN devices are supported on Linux only")
 
 // maxPacketSize is the largest IP packet the kernel can hand over: an IPv6
@@ -41,7 +41,8 @@ const maxPacketSize = header.IPv6MinimumSize + 0xffff
 const rxBufSize = vnet.HeaderSize + maxPacketSize + 1
 
 // Endpoint is a TUN device as a gVisor link endpoint. It is safe for
-// concurrent use. Open opens the device's file descriptors, one per queue;
+// concurrent use. Open opens the device's file descriptors, one per queue
+// (OpenFD adopts one);
 // the first Attach with a dispatcher starts one receive goroutine per
 // queue, and a queue's first write refused for lack of room starts its
 // writability watcher; Close stops and joins them all and closes the
@@ -51,12 +52,13 @@ const rxBufSize = vnet.HeaderSize + maxPacketSize + 1
 // borrows the packets it is given for the duration of the call only;
 // delivered packets are the stack's.
 type Endpoint struct {
-	name     string   // the interface name, as the kernel has it
-	opts     Options  // immutable after Open
-	offloads Offloads // immutable after Open
-	gsoKind  stack.SupportedGSO
-	queues   []*queue           // immutable after Open
-	gates    linkutil.PollGates // the queues' busy-poll gates, in queue order
+	name       string   // the interface name, as the kernel has it
+	multiQueue bool     // the device is multi-queue (IFF_MULTI_QUEUE)
+	opts       Options  // immutable after Open
+	offloads   Offloads // immutable after Open
+	gsoKind    stack.SupportedGSO
+	queues     []*queue           // immutable after Open
+	gates      linkutil.PollGates // the queues' busy-poll gates, in queue order
 
 	mtu atomic.Uint32
 	linkutil.Lifecycle
@@ -109,6 +111,11 @@ func (e *Endpoint) Name() string { return e.name }
 
 // Queues returns the number of queues.
 func (e *Endpoint) Queues() int { return len(e.queues) }
+
+// MultiQueue reports whether the device is multi-queue (IFF_MULTI_QUEUE):
+// Open opened it with Queues > 1, or OpenFD adopted one queue of such a
+// device, whose other queues, if attached, take flows ustack never sees.
+func (e *Endpoint) MultiQueue() bool { return e.multiQueue }
 
 // Offloads returns what was negotiated with the kernel.
 func (e *Endpoint) Offloads() Offloads { return e.offloads }
@@ -208,7 +215,8 @@ func (e *Endpoint) Attach(d stack.NetworkDispatcher) {
 // Close implements stack.LinkEndpoint. It runs the on-close action (which
 // removes the NIC from its stack), closes every queue's file descriptor,
 // which wakes the goroutines parked on them and deletes the device if Open
-// created it and no other process holds it open, and joins every goroutine.
+// created it (or OpenFD's was its last descriptor) and no other process
+// holds it open, and joins every goroutine.
 // Writes after Close are refused and counted in TXClosed. Close is
 // idempotent.
 func (e *Endpoint) Close() {

@@ -35,6 +35,19 @@ func Open(name string, opts *Options) (*Endpoint, error) {
 	return nil, fmt.Errorf("tun %s: %w", name, ErrNotSupported)
 }
 
+// OpenFD returns ErrNotSupported: TUN devices are Linux's. Like Open, it
+// checks its arguments first, and it never closes fd.
+func OpenFD(fd int, opts *Options) (*Endpoint, error) {
+	o, err := opts.normalize()
+	if err != nil {
+		return nil, fmt.Errorf("tun fd %d: %w", fd, err)
+	}
+	if err := checkAdopted(fd, &o); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("tun fd %d: %w", fd, ErrNotSupported)
+}
+
 func (q *queue) rxLoop() { q.e.wg.Done() }
 
 func (*queue) busyPoll() int { return 0 }

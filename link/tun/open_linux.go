@@ -47,7 +47,8 @@ var offloadTries = []uint{
 // namespace, call Open on a thread inside it (internal/netns's NS.Do).
 //
 // The endpoint owns the device's file descriptors until Close, which
-// deletes the device if Open created it. It needs CAP_NET_ADMIN.
+// deletes the device if Open created it. It needs CAP_NET_ADMIN; OpenFD
+// adopts a device that something else created.
 func Open(name string, opts *Options) (*Endpoint, error) {
 	o, err := opts.normalize()
 	if err != nil {
@@ -83,17 +84,155 @@ func Open(name string, opts *Options) (*Endpoint, error) {
 		// must attach to that one.
 		name = actual
 	}
-	off := Offloads{}
-	if !o.NoOffload {
-		if off, err = negotiate(name, fds[0]); err != nil {
-			return nil, err
-		}
-	}
 	if err := configure(name, &o); err != nil {
 		return nil, err
 	}
-	ok = true // newEndpoint owns the descriptors now
-	return newEndpoint(name, o, off, fds)
+	d := device{name: name, flags: flags}
+	e, err := setup(kernelIoctls, d, o, fds)
+	ok = err == nil // the endpoint owns the descriptors now
+	return e, err
+}
+
+// OpenFD adopts fd, an open descriptor of a TUN device that something else
+// created, and returns it as an endpoint of one queue: the descriptor
+// Android's VpnService.establish returns, or one a privileged helper
+// opened and passed over a unix socket (SCM_RIGHTS). It asks the device
+// (TUNGETIFF) for its name and flags, and uses the virtio-net header, and
+// with it the offloads, exactly when the descriptor has it (IFF_VNET_HDR).
+// opts is as for Open (nil means DefaultOptions), but OpenFD uses no
+// netlink, which an Android app may not: it neither reads nor configures
+// the device, so it refuses Addrs and Queues > 1, ignores NoUp, and takes
+// MTU on trust (give the device's).
+//
+// It makes fd non-blocking, which changes the open file, shared with every
+// copy of the descriptor (the helper's, for one), and close-on-exec. Where
+// the kernel refuses TUNSETOFFLOAD on the adopted descriptor, the device
+// keeps its creator's offloads and Offloads reports Inherited.
+//
+// On success the endpoint owns fd, as an *os.File made by os.NewFile would,
+// and closes it in Close: the caller must not use or close it again.
+// Closing it deletes the device if it was the device's last descriptor and
+// the device is not persistent (on Android, that ends the VPN). On error
+// OpenFD has not closed fd or changed its flags: it is still the caller's.
+// An fd that is not a TUN device (or is a TAP one) is refused with an
+// error that says so, and left open. OpenFD needs no privilege beyond
+// holding fd.
+//
+// A queue of a multi-queue device (IFF_MULTI_QUEUE, reported by
+// MultiQueue) is adopted alone: the kernel steers each flow to one of the
+// device's attached queues, so its creator must leave no other queue
+// attached, or the flows steered there never reach ustack.
+func OpenFD(fd int, opts *Options) (*Endpoint, error) {
+	return openFD(kernelIoctls, fd, opts)
+}
+
+// openFD is OpenFD with the TUN ioctls given, so that tests can stand a
+// socketpair in for the device.
+func openFD(io ioctls, fd int, opts *Options) (*Endpoint, error) {
+	o, err := opts.normalize()
+	if err != nil {
+		return nil, fmt.Errorf("tun fd %d: %w", fd, err)
+	}
+	if err := checkAdopted(fd, &o); err != nil {
+		return nil, err
+	}
+	d, err := io.getIff(fd)
+	if err != nil {
+		return nil, getIffError(fd, err)
+	}
+	d.adopted = true
+	switch {
+	case d.flags&unix.IFF_TAP != 0:
+		return nil, fmt.Errorf("tun fd %d: %s is a TAP device, which carries Ethernet frames: OpenFD takes a TUN device (IFF_TUN), which carries IP packets", fd, d.name)
+	case d.flags&unix.IFF_TUN == 0:
+		return nil, fmt.Errorf("tun fd %d: %s is not a TUN device (flags %#x): expected a descriptor of /dev/net/tun attached with IFF_TUN", fd, d.name, d.flags)
+	case d.flags&unix.IFF_NO_PI == 0:
+		return nil, fmt.Errorf("tun fd %d: %s puts a packet-information header before every packet (it was attached without IFF_NO_PI): have its creator set IFF_NO_PI, as VpnService does", fd, d.name)
+	}
+	return setup(io, d, o, []int{fd})
+}
+
+// device is what Open and OpenFD know of a TUN device once they hold its
+// descriptors.
+type device struct {
+	name  string // the interface name, as the kernel has it
+	flags uint16 // the TUNSETIFF flags: IFF_TUN, IFF_VNET_HDR, ...
+	// adopted: OpenFD's, created by someone else, where an LSM may refuse
+	// the ioctls that set offloads.
+	adopted bool
+}
+
+// ioctls are the TUN ioctls that Open and OpenFD issue on a descriptor
+// they hold, so that tests can stand a socketpair in for the device.
+type ioctls struct {
+	getIff         func(fd int) (device, error) // TUNGETIFF: name and flags
+	vnetHdrSize    func(fd int) (int, error)    // TUNGETVNETHDRSZ
+	setVnetHdrSize func(fd, size int) error     // TUNSETVNETHDRSZ
+	setOffload     func(fd int, flags uint) error
+}
+
+// kernelIoctls are the kernel's.
+var kernelIoctls = ioctls{
+	getIff: func(fd int) (device, error) {
+		ifr, err := unix.NewIfreq("")
+		if err != nil {
+			return device{}, err
+		}
+		if err := unix.IoctlIfreq(fd, unix.TUNGETIFF, ifr); err != nil {
+			return device{}, err
+		}
+		return device{name: ifr.Name(), flags: ifr.Uint16()}, nil
+	},
+	vnetHdrSize:    func(fd int) (int, error) { return unix.IoctlGetInt(fd, unix.TUNGETVNETHDRSZ) },
+	setVnetHdrSize: func(fd, size int) error { return unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, size) },
+	setOffload:     func(fd int, flags uint) error { return unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(flags)) },
+}
+
+// getIffError explains a failed TUNGETIFF on a descriptor OpenFD was given.
+func getIffError(fd int, err error) error {
+	serr := os.NewSyscallError("ioctl TUNGETIFF", err)
+	switch {
+	case errors.Is(err, unix.EBADF):
+		return fmt.Errorf("tun fd %d: %w: not an open file descriptor: pass the descriptor of an open TUN device", fd, serr)
+	case errors.Is(err, unix.EBADFD):
+		return fmt.Errorf("tun fd %d: %w: the descriptor is of /dev/net/tun but attached to no device (never set up with TUNSETIFF, detached with TUNSETQUEUE, or its device deleted): expected one attached to a TUN device", fd, serr)
+	case errors.Is(err, unix.ENOTTY), errors.Is(err, unix.EINVAL):
+		return fmt.Errorf("tun fd %d: %w: not a TUN device: expected a descriptor of /dev/net/tun attached to a TUN device with TUNSETIFF, as VpnService.establish returns", fd, serr)
+	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
+		return fmt.Errorf("tun fd %d: %w: the system's security policy forbids asking the device what it is: allow TUNGETIFF on the descriptor", fd, serr)
+	}
+	return fmt.Errorf("tun fd %d: %w", fd, serr)
+}
+
+// setup is what Open and OpenFD share once they hold the device's
+// descriptors, one per queue: it negotiates the virtio-net header and the
+// offloads, if the device has the header; makes the descriptors
+// non-blocking (Open's are already, an adopted one may not be: the runtime
+// poller takes only non-blocking ones) and close-on-exec; and builds the
+// endpoint over them. On error the descriptors are still the caller's,
+// with their flags as they were.
+func setup(io ioctls, d device, o Options, fds []int) (*Endpoint, error) {
+	off := Offloads{}
+	if d.flags&unix.IFF_VNET_HDR != 0 {
+		var err error
+		if off, err = negotiate(io, d, fds[0], o.NoOffload); err != nil {
+			return nil, err
+		}
+	}
+	for i, fd := range fds {
+		if fd < 0 {
+			return nil, fmt.Errorf("tun %s: queue %d: descriptor %d is not a file descriptor", d.name, i, fd)
+		}
+	}
+	for i, fd := range fds {
+		// fcntl on a descriptor the kernel has just answered ioctls on
+		// does not fail; were it to, no descriptor has changed hands.
+		if err := unix.SetNonblock(fd, true); err != nil {
+			return nil, fmt.Errorf("tun %s: queue %d: make descriptor %d non-blocking: %w", d.name, i, fd, os.NewSyscallError("fcntl", err))
+		}
+		unix.CloseOnExec(fd)
+	}
+	return newEndpoint(d, o, off, fds), nil
 }
 
 // openQueue opens one queue of the device and returns its descriptor and
@@ -155,22 +294,36 @@ func setIffError(name string, flags uint16, err error) error {
 	return fmt.Errorf("tun %s: %w", name, serr)
 }
 
-// negotiate sets the virtio-net header size and the offloads on the device
-// and reports what the kernel took.
-func negotiate(name string, fd int) (Offloads, error) {
+// negotiate sets the virtio-net header size and the offloads (none with
+// noOffload) on a device with the header, and reports what the kernel took.
+func negotiate(io ioctls, d device, fd int, noOffload bool) (Offloads, error) {
 	// The size is the device's, not the queue's; a persistent device may
-	// have been left with another one.
-	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, vnet.HeaderSize); err != nil {
-		return Offloads{}, fmt.Errorf("tun %s: set the virtio-net header size to %d: %w", name, vnet.HeaderSize, os.NewSyscallError("ioctl TUNSETVNETHDRSZ", err))
+	// have been left with another one, and an adopted one set up for
+	// another header (virtio 1.0's is 12 bytes). Set only if it differs:
+	// a policy that allows only some ioctls may refuse setting it.
+	if size, err := io.vnetHdrSize(fd); err != nil || size != vnet.HeaderSize {
+		if err := io.setVnetHdrSize(fd, vnet.HeaderSize); err != nil {
+			return Offloads{}, fmt.Errorf("tun %s: set the virtio-net header size to %d (it is %d): %w: open the device without IFF_VNET_HDR, or with a %d-byte header", d.name, vnet.HeaderSize, size, os.NewSyscallError("ioctl TUNSETVNETHDRSZ", err), vnet.HeaderSize)
+		}
 	}
 	off := Offloads{VNetHeader: true}
-	for _, f := range offloadTries {
-		err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, int(f))
+	tries := offloadTries
+	if noOffload {
+		tries = []uint{0}
+	}
+	for _, f := range tries {
+		err := io.setOffload(fd, f)
 		if errors.Is(err, unix.EINVAL) {
 			continue
 		}
+		if d.adopted && (errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES)) {
+			// Not ours to change: what the creator set stays, and the
+			// receive path takes whatever the headers announce.
+			off.Inherited = true
+			return off, nil
+		}
 		if err != nil {
-			return Offloads{}, fmt.Errorf("tun %s: set offloads %#x: %w", name, f, os.NewSyscallError("ioctl TUNSETOFFLOAD", err))
+			return Offloads{}, fmt.Errorf("tun %s: set offloads %#x: %w", d.name, f, os.NewSyscallError("ioctl TUNSETOFFLOAD", err))
 		}
 		off.Checksum = f&tunFCsum != 0
 		off.TSO4, off.TSO6 = f&tunFTSO4 != 0, f&tunFTSO6 != 0
@@ -258,13 +411,13 @@ type queue struct {
 	counters
 }
 
-// newEndpoint builds an endpoint over open, non-blocking descriptors of
-// the device name, one per queue, once Open has configured it. It owns fds
-// from the call on, closing them on error. It starts no goroutine: Attach
-// starts the receive goroutines, a queue's first refused write its
-// watcher. Tests call it with socketpairs.
-func newEndpoint(name string, o Options, off Offloads, fds []int) (*Endpoint, error) {
-	e := &Endpoint{name: name, opts: o, offloads: off, stop: make(chan struct{})}
+// newEndpoint builds an endpoint over open, non-blocking, non-negative
+// descriptors of the device d, one per queue, and owns them from then on.
+// It starts no goroutine: Attach starts the receive goroutines, a queue's
+// first refused write its watcher. Tests call it with socketpairs.
+func newEndpoint(d device, o Options, off Offloads, fds []int) *Endpoint {
+	name := d.name
+	e := &Endpoint{name: name, multiQueue: d.flags&unix.IFF_MULTI_QUEUE != 0, opts: o, offloads: off, stop: make(chan struct{})}
 	switch {
 	case off.TSO():
 		e.gsoKind = stack.HostGSOSupported
@@ -279,14 +432,10 @@ func newEndpoint(name string, o Options, off Offloads, fds []int) (*Endpoint, er
 		f := os.NewFile(uintptr(fd), fmt.Sprintf("%s:%s#%d", cloneDevice, name, i))
 		rc, err := f.SyscallConn()
 		if err != nil {
-			f.Close()
-			for _, q := range e.queues {
-				q.file.Close()
-			}
-			for _, fd := range fds[i+1:] {
-				unix.Close(fd)
-			}
-			return nil, fmt.Errorf("tun %s: queue %d: register with the runtime poller: %w", name, i, err)
+			// SyscallConn fails only for a nil *os.File, and os.NewFile
+			// returns nil only for a negative descriptor, which the
+			// callers exclude: a failure is a broken invariant.
+			panic(fmt.Sprintf("tun %s: queue %d: SyscallConn of descriptor %d: %v", name, i, fd, err))
 		}
 		q := &queue{e: e, idx: i, file: f, rc: rc}
 		q.startWatch = func() {
@@ -307,7 +456,7 @@ func newEndpoint(name string, o Options, off Offloads, fds []int) (*Endpoint, er
 		e.queues = append(e.queues, q)
 		e.gates = append(e.gates, &e.queues[i].gate)
 	}
-	return e, nil
+	return e
 }
 
 // close closes the queue's descriptor, which wakes its goroutines once the

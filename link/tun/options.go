@@ -40,18 +40,27 @@ const (
 	HostGSOMaxSize = 1 << 16
 )
 
-// Options configures Open. A nil *Options means DefaultOptions; in a
-// non-nil Options a zero Queues, MTU or RXBatch means its default, while
-// the booleans and Addrs are taken as they are.
+// Options configures Open and OpenFD. A nil *Options means
+// DefaultOptions; in a non-nil Options a zero Queues, MTU or RXBatch means
+// its default, while the booleans and Addrs are taken as they are.
+//
+// OpenFD adopts a device that something else created and configured, and
+// uses no netlink: it refuses Addrs and Queues > 1, which only Open can
+// honour, and ignores NoUp; MTU is then only what the endpoint reports to
+// gVisor, which cannot learn the device's.
 type Options struct {
 	// Queues is the number of queues: one file descriptor and one receive
 	// goroutine each. More than one opens the device with
 	// IFF_MULTI_QUEUE, and an existing device must then be multi-queue too.
+	// OpenFD adopts one descriptor, one queue: it refuses more.
 	Queues int
 	// NoOffload opens the device without the virtio-net header: no
 	// checksum offload and no GSO in either direction, every checksum
 	// computed and verified in software. For comparison and for kernels
-	// that lack IFF_VNET_HDR.
+	// that lack IFF_VNET_HDR. OpenFD cannot take the header off a
+	// descriptor that has it: there NoOffload keeps the header (with
+	// nothing in it but the kernel's checksum verdicts) and turns every
+	// offload off.
 	NoOffload bool
 	// SoftwareGSO makes the endpoint offer gVisor's software GSO when the
 	// kernel did not negotiate TSO (or NoOffload is set): gVisor's TCP
@@ -64,13 +73,18 @@ type Options struct {
 	// comparison.
 	NoCache bool
 	// MTU is set on the device and reported by the endpoint, from MinMTU to
-	// MaxMTU.
+	// MaxMTU. OpenFD does not set it on the device: give the MTU the
+	// device was configured with (VpnService.Builder.setMtu's on Android),
+	// or gVisor sends packets the kernel drops as too big (larger) or
+	// wastes the link (smaller).
 	MTU uint32
 	// Addrs are assigned to the device for the kernel side (IPv6 ones with
 	// duplicate address detection off, so they are usable at once). The
-	// kernel adds the on-link routes for them.
+	// kernel adds the on-link routes for them. OpenFD refuses them: the
+	// device's creator configures its addresses.
 	Addrs []netip.Prefix
-	// NoUp leaves the device down; by default Open brings it up.
+	// NoUp leaves the device down; by default Open brings it up. OpenFD
+	// ignores it: it leaves the link state to the device's creator.
 	NoUp bool
 	// RXBatch is the most packets a receive goroutine reads and delivers
 	// per wake-up, from 1 to MaxRXBatch.
@@ -118,6 +132,20 @@ func (o *Options) normalize() (Options, error) {
 	return r, nil
 }
 
+// checkAdopted refuses the options that only Open can honour, for OpenFD
+// adopting descriptor fd; o is normalized.
+func checkAdopted(fd int, o *Options) error {
+	switch {
+	case fd < 0:
+		return fmt.Errorf("tun: fd %d: not a file descriptor: pass the descriptor of an open TUN device", fd)
+	case o.Queues != 1:
+		return fmt.Errorf("tun fd %d: %d queues: OpenFD adopts one descriptor, which is one queue; leave Queues at 0 or 1 (Open opens several)", fd, o.Queues)
+	case len(o.Addrs) > 0:
+		return fmt.Errorf("tun fd %d: Addrs %v: OpenFD does not configure the device (it uses no netlink); leave Addrs empty and have the device's creator add them", fd, o.Addrs)
+	}
+	return nil
+}
+
 // checkName checks an interface name before it goes to the kernel. The
 // empty name is allowed: the kernel then picks tunN.
 func checkName(name string) error {
@@ -147,6 +175,14 @@ type Offloads struct {
 	// (TUN_F_USO4, TUN_F_USO6; Linux 6.2 and later), which the endpoint
 	// splits into datagrams.
 	USO4, USO6 bool
+	// Inherited: the kernel refused TUNSETOFFLOAD on a descriptor OpenFD
+	// adopted (an LSM such as Android's SELinux policy may allow only
+	// some ioctls), so the device keeps the offloads its creator set,
+	// which cannot be read back. The receive path takes whatever the
+	// virtio-net header announces (partial checksums, super-segments)
+	// either way; Checksum, TSO and USO are false because the endpoint
+	// cannot count on them, so it claims no host GSO.
+	Inherited bool
 }
 
 // TSO reports whether TCP segmentation offload was negotiated for both IP
@@ -155,13 +191,13 @@ type Offloads struct {
 func (o Offloads) TSO() bool { return o.TSO4 && o.TSO6 }
 
 // String lists the negotiated offloads, such as "vnet,csum,tso4,tso6", or
-// "none".
+// "none"; "inherited" marks offloads left as the device's creator set them.
 func (o Offloads) String() string {
 	var parts []string
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{o.VNetHeader, "vnet"}, {o.Checksum, "csum"}, {o.TSO4, "tso4"}, {o.TSO6, "tso6"}, {o.USO4, "uso4"}, {o.USO6, "uso6"}} {
+	}{{o.VNetHeader, "vnet"}, {o.Checksum, "csum"}, {o.TSO4, "tso4"}, {o.TSO6, "tso6"}, {o.USO4, "uso4"}, {o.USO6, "uso6"}, {o.Inherited, "inherited"}} {
 		if f.on {
 			parts = append(parts, f.name)
 		}

@@ -1,0 +1,285 @@
+//go:build linux
+
+package tun
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/ustack-dev/ustack/link/linktest"
+	"github.com/ustack-dev/ustack/link/vnet"
+)
+
+// OpenFD against the kernel (real TUN descriptors, with and without
+// IFF_VNET_HDR, passed over SCM_RIGHTS) is tested in integration/. Here a
+// socketpair stands in for an adopted descriptor: the kernel's TUNGETIFF
+// refuses it, which is the refusal tested first; then fake ioctls
+// (openFD's seam) report it as a TUN device, so that everything after the
+// detection runs over it.
+
+// blockingPair returns a SOCK_SEQPACKET socketpair, both ends blocking as
+// a descriptor handed over by another process may be. The peer is closed
+// when the test ends; near is the caller's (see closeAtEnd).
+func blockingPair(t *testing.T) (near, peer int) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET, 0)
+	require.NoError(t, err)
+	require.NoError(t, unix.SetsockoptTimeval(fds[1], unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5}))
+	t.Cleanup(func() { unix.Close(fds[1]) })
+	return fds[0], fds[1]
+}
+
+// closeAtEnd closes fd when the test ends: for a descriptor OpenFD
+// refused, which is still the test's. One the endpoint took is closed by
+// its Close alone; closing its number again could close whatever reused it.
+func closeAtEnd(t *testing.T, fd int) { t.Cleanup(func() { unix.Close(fd) }) }
+
+// requireUntouched checks that fd is open, still blocking and still
+// without close-on-exec: OpenFD's refusal left it as it was.
+func requireUntouched(t *testing.T, fd int) {
+	t.Helper()
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	require.NoError(t, err, "fd %d must still be open", fd)
+	require.Zero(t, fl&unix.O_NONBLOCK, "fd %d must still be blocking", fd)
+	fdfl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+	require.NoError(t, err)
+	require.Zero(t, fdfl&unix.FD_CLOEXEC, "fd %d must not have become close-on-exec", fd)
+}
+
+func TestTunOpenFDRefusesNonTUN(t *testing.T) {
+	near, peer := blockingPair(t)
+	closeAtEnd(t, near)
+	_, err := OpenFD(near, nil)
+	require.ErrorIs(t, err, unix.ENOTTY, "TUNGETIFF on a socket")
+	require.ErrorContains(t, err, fmt.Sprintf("tun fd %d: ioctl TUNGETIFF", near))
+	require.ErrorContains(t, err, "not a TUN device: expected a descriptor of /dev/net/tun")
+	requireUntouched(t, near)
+	// Still a working socket, the caller's.
+	_, err = unix.Write(near, []byte("still mine"))
+	require.NoError(t, err)
+	b := make([]byte, 64)
+	n, err := unix.Read(peer, b)
+	require.NoError(t, err)
+	require.Equal(t, "still mine", string(b[:n]))
+
+	f, err := os.Create(filepath.Join(t.TempDir(), "not-a-tun"))
+	require.NoError(t, err)
+	defer f.Close()
+	raw, err := f.SyscallConn()
+	require.NoError(t, err)
+	require.NoError(t, raw.Control(func(fd uintptr) {
+		_, err = OpenFD(int(fd), nil)
+	}))
+	require.ErrorIs(t, err, unix.ENOTTY, "TUNGETIFF on a regular file")
+	require.ErrorContains(t, err, "not a TUN device")
+	_, err = f.WriteString("still open")
+	require.NoError(t, err)
+}
+
+// TestTunOpenFDRefusesUnattached: a descriptor of /dev/net/tun that no
+// TUNSETIFF attached to a device is refused as such (EBADFD). Opening the
+// clone device needs no privilege where its node is 0666, as usual.
+func TestTunOpenFDRefusesUnattached(t *testing.T) {
+	fd, err := unix.Open(cloneDevice, unix.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("open %s: %v: the test needs the clone device readable and writable by this user", cloneDevice, err)
+	}
+	defer unix.Close(fd)
+	_, err = OpenFD(fd, nil)
+	require.ErrorIs(t, err, unix.EBADFD)
+	require.ErrorContains(t, err, "attached to no device")
+	requireUntouched(t, fd)
+}
+
+func TestTunOpenFDRefusesOptions(t *testing.T) {
+	near, _ := blockingPair(t)
+	closeAtEnd(t, near)
+	_, err := OpenFD(near, &Options{Queues: 2})
+	require.ErrorContains(t, err, "2 queues: OpenFD adopts one descriptor")
+	_, err = OpenFD(near, &Options{MTU: 100})
+	require.ErrorContains(t, err, fmt.Sprintf("tun fd %d: tun: MTU 100", near))
+	_, err = OpenFD(-1, nil)
+	require.ErrorContains(t, err, "fd -1: not a file descriptor")
+	requireUntouched(t, near)
+}
+
+// fakeTUN is a set of ioctls that report the descriptor as the device dev
+// with a virtio-net header of hdrSize bytes, and take offloads as offload
+// says; it records the header size and offloads set.
+type fakeTUN struct {
+	dev     device
+	hdrSize int
+	offload func(flags uint) error
+	setSize error // what TUNSETVNETHDRSZ returns
+	offered []uint
+}
+
+func (f *fakeTUN) ioctls() ioctls {
+	return ioctls{
+		getIff:      func(int) (device, error) { return f.dev, nil },
+		vnetHdrSize: func(int) (int, error) { return f.hdrSize, nil },
+		setVnetHdrSize: func(_, size int) error {
+			if f.setSize != nil {
+				return f.setSize
+			}
+			f.hdrSize = size
+			return nil
+		},
+		setOffload: func(_ int, flags uint) error {
+			f.offered = append(f.offered, flags)
+			return f.offload(flags)
+		},
+	}
+}
+
+// noUSO is a kernel before 6.2: it refuses the USO flags.
+func noUSO(flags uint) error {
+	if flags&(tunFUSO4|tunFUSO6) != 0 {
+		return unix.EINVAL
+	}
+	return nil
+}
+
+// adopt runs openFD over a blocking socketpair with the fake ioctls, and
+// returns the endpoint (closed when the test ends) and the peer.
+func adopt(t *testing.T, f *fakeTUN, o *Options) (*Endpoint, int, int) {
+	t.Helper()
+	near, peer := blockingPair(t)
+	e, err := openFD(f.ioctls(), near, o)
+	if err != nil {
+		unix.Close(near)
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e, near, peer
+}
+
+const tunPlain = unix.IFF_TUN | unix.IFF_NO_PI
+
+func TestTunOpenFDMovesPackets(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		flags uint16
+		want  Offloads
+	}{
+		{"plain", tunPlain, Offloads{}},
+		{"vnet", tunPlain | unix.IFF_VNET_HDR, Offloads{VNetHeader: true, Checksum: true, TSO4: true, TSO6: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeTUN{dev: device{name: "adopted0", flags: tc.flags}, hdrSize: vnet.HeaderSize, offload: noUSO}
+			e, near, peer := adopt(t, f, &Options{MTU: 1400})
+			require.Equal(t, "adopted0", e.Name())
+			require.Equal(t, 1, e.Queues())
+			require.False(t, e.MultiQueue())
+			require.Equal(t, uint32(1400), e.MTU())
+			require.Equal(t, tc.want, e.Offloads())
+			fl, err := unix.FcntlInt(uintptr(near), unix.F_GETFL, 0)
+			require.NoError(t, err)
+			require.NotZero(t, fl&unix.O_NONBLOCK, "the adopted descriptor is made non-blocking for the runtime poller")
+			fdfl, err := unix.FcntlInt(uintptr(near), unix.F_GETFD, 0)
+			require.NoError(t, err)
+			require.NotZero(t, fdfl&unix.FD_CLOEXEC)
+
+			// In: the "kernel" writes, the stack receives.
+			r := linktest.NewSink()
+			e.Attach(r)
+			in := tcp4Packet([]byte("from the kernel"), 7)
+			wire := in
+			if tc.want.VNetHeader {
+				wire = frame(vnet.Header{Flags: vnet.FlagDataValid}, in)
+			}
+			_, err = unix.Write(peer, wire)
+			require.NoError(t, err)
+			got := r.Wait(t, 1)
+			require.Equal(t, in, got[0].Data)
+
+			// Out: the stack writes, the "kernel" reads.
+			pkt := outPacket(9, []byte("from ustack"), false)
+			defer pkt.DecRef()
+			n, terr := e.WritePackets(list(pkt))
+			require.Nil(t, terr)
+			require.Equal(t, 1, n)
+			out := readPeer(t, peer)
+			if tc.want.VNetHeader {
+				require.Equal(t, make([]byte, vnet.HeaderSize), out[:vnet.HeaderSize])
+				out = out[vnet.HeaderSize:]
+			}
+			require.Equal(t, flat(pkt), out)
+
+			// Close closes the adopted descriptor: the peer reads end of file.
+			e.Close()
+			b := make([]byte, 16)
+			m, err := unix.Read(peer, b)
+			require.NoError(t, err)
+			require.Zero(t, m, "the peer sees the endpoint's end closed")
+		})
+	}
+}
+
+func TestTunOpenFDNegotiates(t *testing.T) {
+	vnetMQ := device{name: "mq0", flags: tunPlain | unix.IFF_VNET_HDR | unix.IFF_MULTI_QUEUE}
+
+	// A header of another size is set to ours; USO is tried first, then
+	// the offloads the kernel takes.
+	f := &fakeTUN{dev: vnetMQ, hdrSize: 12, offload: noUSO}
+	e, _, _ := adopt(t, f, nil)
+	require.Equal(t, vnet.HeaderSize, f.hdrSize)
+	require.Equal(t, offloadTries[:2], f.offered)
+	require.True(t, e.MultiQueue())
+	require.Equal(t, stack.HostGSOSupported, e.SupportedGSO())
+
+	// NoOffload keeps the header the descriptor has and turns every
+	// offload off.
+	f = &fakeTUN{dev: vnetMQ, hdrSize: vnet.HeaderSize, offload: noUSO}
+	e, _, _ = adopt(t, f, &Options{NoOffload: true})
+	require.Equal(t, []uint{0}, f.offered)
+	require.Equal(t, Offloads{VNetHeader: true}, e.Offloads())
+
+	// A policy that refuses TUNSETOFFLOAD: the creator's offloads stay,
+	// the endpoint claims none, and receive still takes a super-segment.
+	f = &fakeTUN{dev: vnetMQ, hdrSize: vnet.HeaderSize, offload: func(uint) error { return unix.EACCES }}
+	e, _, _ = adopt(t, f, nil)
+	require.Equal(t, Offloads{VNetHeader: true, Inherited: true}, e.Offloads())
+	require.Equal(t, "vnet,inherited", e.Offloads().String())
+	require.Equal(t, stack.GSONotSupported, e.SupportedGSO())
+	r := linktest.NewSink()
+	e.AttachAndStart(r, func() {}) // receive by hand
+	tso := tcp4Packet(make([]byte, 5000), 2)
+	e.queues[0].receive(frame(vnet.Header{Flags: vnet.FlagNeedsCsum, GSOType: vnet.GSOTCPv4, GSOSize: 1000, HdrLen: 40, CsumStart: 20, CsumOffset: 16}, tso))
+	require.Len(t, r.Packets(), 1)
+	require.Equal(t, uint64(1), e.OffloadStats().RXSuperSegments)
+}
+
+// TestTunOpenFDRefusals: every refusal after detection leaves the
+// descriptor as it came.
+func TestTunOpenFDRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    fakeTUN
+		want string
+		is   error
+	}{
+		{"tap", fakeTUN{dev: device{name: "tap0", flags: unix.IFF_TAP | unix.IFF_NO_PI}}, "tap0 is a TAP device", nil},
+		{"pi", fakeTUN{dev: device{name: "tun7", flags: unix.IFF_TUN}}, "without IFF_NO_PI", nil},
+		{"header size", fakeTUN{dev: device{name: "tun8", flags: tunPlain | unix.IFF_VNET_HDR}, hdrSize: 12, setSize: unix.EACCES}, "set the virtio-net header size to 10 (it is 12)", unix.EACCES},
+		{"offload", fakeTUN{dev: device{name: "tun9", flags: tunPlain | unix.IFF_VNET_HDR}, hdrSize: vnet.HeaderSize, offload: func(uint) error { return unix.EIO }}, "tun tun9: set offloads", unix.EIO},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			near, _ := blockingPair(t)
+			closeAtEnd(t, near)
+			_, err := openFD(tc.f.ioctls(), near, nil)
+			require.ErrorContains(t, err, tc.want)
+			if tc.is != nil {
+				require.True(t, errors.Is(err, tc.is), "%v", err)
+			}
+			requireUntouched(t, near)
+		})
+	}
+}
