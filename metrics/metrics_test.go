@@ -12,6 +12,7 @@ import (
 
 	"github.com/ustack-dev/ustack/internal/leakcheck"
 	"github.com/ustack-dev/ustack/metrics"
+	"github.com/ustack-dev/ustack/metrics/family"
 	"github.com/ustack-dev/ustack/sched"
 	"github.com/ustack-dev/ustack/stack/stacktest"
 )
@@ -54,12 +55,12 @@ func TestServeStackAndFunc(t *testing.T) {
 	require.NoError(t, err)
 	c.Close()
 
-	hits := &metrics.Family{Name: "test_hits_total", Help: "Hits.", Labels: []string{"kind"}}
-	level := &metrics.Family{Name: "test_level", Help: "A level.", Gauge: true}
-	f := metrics.NewFunc([]*metrics.Family{hits, level}, func(emit metrics.Emit) {
+	hits := &family.Family{Name: "test_hits_total", Help: "Hits.", Labels: []string{"kind"}}
+	level := &family.Family{Name: "test_level", Help: "A level.", Gauge: true}
+	f := metrics.NewFunc(family.Source{Families: []*family.Family{hits, level}, Collect: func(emit family.Emit) {
 		emit(hits, 3, "a")
 		emit(level, 1.5)
-	})
+	}})
 	m, err := metrics.Serve("127.0.0.1:0", metrics.NewStack(p.A), f)
 	require.NoError(t, err)
 	defer m.Close()
@@ -90,9 +91,9 @@ func TestServeBadAddress(t *testing.T) {
 func TestServeDuplicateCollector(t *testing.T) {
 	// Two collectors of one family cannot be served together: Serve
 	// refuses before it listens.
-	fam := &metrics.Family{Name: "test_dup_total", Help: "Dup."}
+	fam := &family.Family{Name: "test_dup_total", Help: "Dup."}
 	mk := func() metrics.Collector {
-		return metrics.NewFunc([]*metrics.Family{fam}, func(emit metrics.Emit) { emit(fam, 1) })
+		return metrics.NewFunc(family.Source{Families: []*family.Family{fam}, Collect: func(emit family.Emit) { emit(fam, 1) }})
 	}
 	_, err := metrics.Serve("127.0.0.1:0", mk(), mk())
 	require.ErrorContains(t, err, "metrics:")

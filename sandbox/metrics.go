@@ -1,27 +1,28 @@
 package sandbox
 
-import "github.com/ustack-dev/ustack/metrics"
+import "github.com/ustack-dev/ustack/metrics/family"
 
 // The sandbox's metric families; its stack is exported by
 // metrics.NewStack(s.Stack()).
 var (
-	flowsFamily   = &metrics.Family{Name: "ustack_tun_flows", Help: "Flows relayed now, by protocol.", Labels: []string{"proto"}, Gauge: true}
-	openedFamily  = &metrics.Family{Name: "ustack_tun_flows_opened_total", Help: "Flows ever relayed, by protocol (UDP: NAT mappings).", Labels: []string{"proto"}}
-	halfFamily    = &metrics.Family{Name: "ustack_tun_tcp_half_open", Help: "TCP connections waiting for their host-side connect.", Gauge: true}
-	bytesFamily   = &metrics.Family{Name: "ustack_tun_bytes_total", Help: "Payload bytes relayed, by protocol and direction (up: from the sandbox).", Labels: []string{"proto", "dir"}}
-	udpPktFamily  = &metrics.Family{Name: "ustack_tun_udp_datagrams_total", Help: "UDP datagrams relayed, by direction.", Labels: []string{"dir"}}
-	echoFamily    = &metrics.Family{Name: "ustack_tun_icmp_echo_total", Help: "ICMP echo requests (up) and replies (down) relayed to and from the host.", Labels: []string{"dir"}}
-	refusedFamily = &metrics.Family{Name: "ustack_tun_refused_total", Help: "Flows and datagrams refused, by reason.", Labels: []string{"reason"}}
-	eventFamily   = &metrics.Family{Name: "ustack_tun_events_total", Help: "Other relay events: connect_failed, tcp_resets, udp_dropped, dns_queries, forward_conns, forward_failed.", Labels: []string{"event"}}
+	flowsFamily   = &family.Family{Name: "ustack_tun_flows", Help: "Flows relayed now, by protocol.", Labels: []string{"proto"}, Gauge: true}
+	openedFamily  = &family.Family{Name: "ustack_tun_flows_opened_total", Help: "Flows ever relayed, by protocol (UDP: NAT mappings).", Labels: []string{"proto"}}
+	halfFamily    = &family.Family{Name: "ustack_tun_tcp_half_open", Help: "TCP connections waiting for their host-side connect.", Gauge: true}
+	bytesFamily   = &family.Family{Name: "ustack_tun_bytes_total", Help: "Payload bytes relayed, by protocol and direction (up: from the sandbox).", Labels: []string{"proto", "dir"}}
+	udpPktFamily  = &family.Family{Name: "ustack_tun_udp_datagrams_total", Help: "UDP datagrams relayed, by direction.", Labels: []string{"dir"}}
+	echoFamily    = &family.Family{Name: "ustack_tun_icmp_echo_total", Help: "ICMP echo requests (up) and replies (down) relayed to and from the host.", Labels: []string{"dir"}}
+	refusedFamily = &family.Family{Name: "ustack_tun_refused_total", Help: "Flows and datagrams refused, by reason.", Labels: []string{"reason"}}
+	eventFamily   = &family.Family{Name: "ustack_tun_events_total", Help: "Other relay events: connect_failed, tcp_resets, udp_dropped, dns_queries, forward_conns, forward_failed.", Labels: []string{"event"}}
 )
 
-// NewCollector returns a collector of s's counters (Stats), read fresh on
-// each scrape, for metrics.Serve.
-func NewCollector(s *Sandbox) metrics.Collector {
-	fams := []*metrics.Family{flowsFamily, openedFamily, halfFamily, bytesFamily, udpPktFamily, echoFamily, refusedFamily, eventFamily}
-	return metrics.NewFunc(fams, func(emit metrics.Emit) {
+// Metrics describes s's counters (Stats) for an exporter, read fresh on
+// each export: metrics.NewFunc(s.Metrics()) makes it a Prometheus
+// collector, without this package importing Prometheus.
+func (s *Sandbox) Metrics() family.Source {
+	fams := []*family.Family{flowsFamily, openedFamily, halfFamily, bytesFamily, udpPktFamily, echoFamily, refusedFamily, eventFamily}
+	return family.Source{Families: fams, Collect: func(emit family.Emit) {
 		st := s.Stats()
-		n := func(f *metrics.Family, v uint64, l ...string) { emit(f, float64(v), l...) }
+		n := func(f *family.Family, v uint64, l ...string) { emit(f, float64(v), l...) }
 		emit(flowsFamily, float64(st.TCPFlows), "tcp")
 		emit(flowsFamily, float64(st.UDPFlows), "udp")
 		emit(halfFamily, float64(st.HalfOpen))
@@ -44,5 +45,5 @@ func NewCollector(s *Sandbox) metrics.Collector {
 		}{{"connect_failed", st.ConnectFailed}, {"tcp_resets", st.TCPResets}, {"udp_dropped", st.UDPDropped}, {"dns_queries", st.DNSQueries}, {"forward_conns", st.ForwardConns}, {"forward_failed", st.ForwardFailed}} {
 			n(eventFamily, e.v, e.name)
 		}
-	})
+	}}
 }

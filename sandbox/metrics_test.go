@@ -8,13 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ustack-dev/ustack/forward"
+	"github.com/ustack-dev/ustack/metrics"
 )
 
 func TestCollector(t *testing.T) {
 	s := &Sandbox{}
 	s.c.fwdConns.Add(2)
 	s.c.fwdFailed.Add(1)
-	c := NewCollector(s)
+	c := metrics.NewFunc(s.Metrics())
 	// flows 2, half-open 1, opened 2, bytes 4, datagrams 2, echo 2, one
 	// refusal series per reason, events 6.
 	require.Equal(t, 2+1+2+4+2+2+int(forward.NumReasons)+6, testutil.CollectAndCount(c))

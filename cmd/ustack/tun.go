@@ -222,7 +222,7 @@ Flags:
 		}
 	}()
 	if *metricsAt != "" {
-		m, err := metrics.Serve(*metricsAt, sandbox.NewCollector(sb), metrics.NewStack(sb.Stack()))
+		m, err := metrics.Serve(*metricsAt, metrics.NewFunc(sb.Metrics()), metrics.NewStack(sb.Stack()))
 		if err != nil {
 			fmt.Fprintf(stderr, "ustack tun: %v\n", err)
 			return 1

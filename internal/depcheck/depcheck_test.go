@@ -21,6 +21,8 @@ var library = []string{
 	module + "/poll/...",
 	module + "/cache/...",
 	module + "/forward/...",
+	module + "/sandbox/...",
+	module + "/metrics/family",
 }
 
 // forbidden are import path prefixes of the commands' dependencies, with
