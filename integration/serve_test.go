@@ -76,14 +76,14 @@ func newSrvNet(tb testing.TB, kind, qdisc string, im link.Impairments, st *stack
 	if im.Active() {
 		tx := im
 		tx.Corrupt = 0
-		w, err := impair.Wrap(ep, impair.Options{RX: im, TX: tx})
+		w, err := impair.Wrap(ep, &impair.Options{RX: im, TX: tx})
 		if err != nil {
 			ep.Close()
 			tb.Fatal(err)
 		}
 		ep = w
 	}
-	h, err := serve.New(serve.Config{
+	h, err := serve.New(&serve.Config{
 		Endpoint: ep,
 		Addrs:    []netip.Prefix{srvUstack4, srvUstack6},
 		Qdisc:    qdisc,

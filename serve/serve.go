@@ -44,10 +44,13 @@ type Host struct {
 }
 
 // New builds the stack, starts the services and the metrics endpoint.
-func New(cfg Config) (*Host, error) {
-	if cfg.Endpoint == nil {
-		return nil, errors.New("serve: no link endpoint")
+// cfg must name an endpoint and at least one address; New does not keep
+// cfg.
+func New(c *Config) (*Host, error) {
+	if c == nil || c.Endpoint == nil {
+		return nil, errors.New("serve: no link endpoint: open one (linkspec.Open) and set Config.Endpoint")
 	}
+	cfg := *c
 	if len(cfg.Addrs) == 0 {
 		cfg.Endpoint.Close()
 		return nil, errors.New("serve: no address: give the host at least one CIDR")
@@ -126,7 +129,7 @@ func (h *Host) Close() error {
 
 // Run serves until ctx ends, then shuts down cleanly, logging what it
 // serves to log.
-func Run(ctx context.Context, cfg Config, log io.Writer) error {
+func Run(ctx context.Context, cfg *Config, log io.Writer) error {
 	h, err := New(cfg)
 	if err != nil {
 		return err

@@ -35,7 +35,7 @@ func setup(t *testing.T, metrics string) (*serve.Host, *stack.Stack) {
 	t.Helper()
 	a, b, err := mem.Pair(nil)
 	require.NoError(t, err)
-	h, err := serve.New(serve.Config{
+	h, err := serve.New(&serve.Config{
 		Endpoint: b,
 		Addrs:    []netip.Prefix{netip.PrefixFrom(server4, 24), netip.PrefixFrom(server6, 64)},
 		Qdisc:    sched.LList,
@@ -158,17 +158,17 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestBadConfig(t *testing.T) {
-	_, err := serve.New(serve.Config{})
+	_, err := serve.New(&serve.Config{})
 	require.Error(t, err)
 	a, b, err := mem.Pair(nil)
 	require.NoError(t, err)
 	defer b.Close()
-	_, err = serve.New(serve.Config{Endpoint: a})
+	_, err = serve.New(&serve.Config{Endpoint: a})
 	require.ErrorContains(t, err, "no address")
 	a2, b2, err := mem.Pair(nil)
 	require.NoError(t, err)
 	defer b2.Close()
-	_, err = serve.New(serve.Config{Endpoint: a2, Addrs: []netip.Prefix{netip.MustParsePrefix("198.18.4.2/24")}, Qdisc: "nope"})
+	_, err = serve.New(&serve.Config{Endpoint: a2, Addrs: []netip.Prefix{netip.MustParsePrefix("198.18.4.2/24")}, Qdisc: "nope"})
 	require.ErrorContains(t, err, "valid names")
 }
 
@@ -185,7 +185,7 @@ func TestRunStopsOnCancel(t *testing.T) {
 	// written it, so the test cancels exactly when the host serves.
 	pr, pw := io.Pipe()
 	go func() {
-		err := serve.Run(ctx, serve.Config{Endpoint: b, Addrs: []netip.Prefix{netip.MustParsePrefix("198.18.4.2/24")}, Ports: serve.Ports{Echo: 7}}, pw)
+		err := serve.Run(ctx, &serve.Config{Endpoint: b, Addrs: []netip.Prefix{netip.MustParsePrefix("198.18.4.2/24")}, Ports: serve.Ports{Echo: 7}}, pw)
 		pw.Close()
 		done <- err
 	}()

@@ -116,7 +116,7 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err = serve.Run(ctx, serve.Config{
+	err = serve.Run(ctx, &serve.Config{
 		Endpoint: ep,
 		Name:     spec.Name,
 		Addrs:    prefixes,

@@ -54,19 +54,19 @@ type Options struct {
 // direction of the wire im's faults, as netem on both ends of a veth does.
 // End 0 draws from im.Seed and end 1 from im.Seed+1, so the two directions
 // do not draw the same sequence.
-func OnReceive(im link.Impairments, end int) Options {
+func OnReceive(im link.Impairments, end int) *Options {
 	im.Seed += uint64(end)
-	return Options{RX: im}
+	return &Options{RX: im}
 }
 
 // BothWays returns the Options that impair both directions at one
 // endpoint (a device whose far end is the kernel's): im on what it
 // receives, and im without corruption, which applies to received packets
 // only, on what it sends. The directions draw different sequences.
-func BothWays(im link.Impairments) Options {
+func BothWays(im link.Impairments) *Options {
 	tx := im
 	tx.Corrupt = 0
-	return Options{RX: im, TX: tx}
+	return &Options{RX: im, TX: tx}
 }
 
 // Counts are what the wrapper did, per direction.
@@ -168,11 +168,16 @@ func (c *counts) snapshot() Counts {
 	}
 }
 
-// Wrap returns lower wrapped with the given impairments. The wrapper owns
-// lower: closing the wrapper closes it.
-func Wrap(lower stack.LinkEndpoint, opts Options) (*Endpoint, error) {
+// Wrap returns lower wrapped with the given impairments; nil opts means
+// none (a transparent wrapper, whose faults are all zero). The wrapper
+// owns lower: closing the wrapper closes it.
+func Wrap(lower stack.LinkEndpoint, o *Options) (*Endpoint, error) {
 	if lower == nil {
 		return nil, errors.New("impair: nil link endpoint: open the link before wrapping it")
+	}
+	var opts Options
+	if o != nil {
+		opts = *o
 	}
 	if err := opts.RX.Validate(); err != nil {
 		return nil, err

@@ -40,7 +40,7 @@ func hosts(t *testing.T, opts impair.Options, mo *mem.Options, qdisc string) (a,
 	t.Helper()
 	la, lb, err := mem.Pair(mo)
 	require.NoError(t, err)
-	w, err := impair.Wrap(la, opts)
+	w, err := impair.Wrap(la, &opts)
 	require.NoError(t, err)
 	fast := stack.DefaultTCPOptions()
 	fast.MinRTO = 10 * time.Millisecond
@@ -172,13 +172,13 @@ func TestBadOptions(t *testing.T) {
 	require.NoError(t, err)
 	defer la.Close()
 	defer lb.Close()
-	_, err = impair.Wrap(la, impair.Options{TX: link.Impairments{Corrupt: 0.1}})
+	_, err = impair.Wrap(la, &impair.Options{TX: link.Impairments{Corrupt: 0.1}})
 	require.ErrorContains(t, err, "received packets only")
-	_, err = impair.Wrap(la, impair.Options{RX: link.Impairments{Loss: 2}})
+	_, err = impair.Wrap(la, &impair.Options{RX: link.Impairments{Loss: 2}})
 	require.Error(t, err)
-	_, err = impair.Wrap(nil, impair.Options{})
+	_, err = impair.Wrap(nil, &impair.Options{})
 	require.Error(t, err)
-	w, err := impair.Wrap(la, impair.Options{})
+	w, err := impair.Wrap(la, &impair.Options{})
 	require.NoError(t, err)
 	w.Close()
 	w.Close()
@@ -198,7 +198,7 @@ func seqOf(b []byte) uint32 { return binary.BigEndian.Uint32(b[4:]) }
 // sink; both are closed when the test ends.
 func wrapped(t *testing.T, lower gstack.LinkEndpoint, opts impair.Options) (*impair.Endpoint, *linktest.Sink) {
 	t.Helper()
-	w, err := impair.Wrap(lower, opts)
+	w, err := impair.Wrap(lower, &opts)
 	require.NoError(t, err)
 	t.Cleanup(w.Close)
 	s := linktest.NewSink()
@@ -318,7 +318,7 @@ func TestCorruptionFlipsOneBitOfACopy(t *testing.T) {
 func TestSeededLossIsDeterministic(t *testing.T) {
 	run := func() []uint32 {
 		lower := linktest.NewEndpoint(nil)
-		w, err := impair.Wrap(lower, impair.Options{RX: link.Impairments{Loss: 0.3, Seed: 42}})
+		w, err := impair.Wrap(lower, &impair.Options{RX: link.Impairments{Loss: 0.3, Seed: 42}})
 		require.NoError(t, err)
 		defer w.Close()
 		s := linktest.NewSink()
@@ -404,7 +404,7 @@ func TestDelayedWriteRefusalsCounted(t *testing.T) {
 // reordering at Close are released and counted, never lost silently.
 func TestCloseCountsWhatItHeld(t *testing.T) {
 	lower := linktest.NewEndpoint(nil)
-	w, err := impair.Wrap(lower, impair.Options{
+	w, err := impair.Wrap(lower, &impair.Options{
 		RX: link.Impairments{Delay: time.Hour},
 		TX: link.Impairments{Reorder: 1},
 	})
@@ -435,7 +435,7 @@ func TestOptionalInterfacesPassThrough(t *testing.T) {
 	lower.GSOMax, lower.GSO = 65536, gstack.HostGSOSupported
 	lower.Error = errors.New("device gone")
 	lower.PollRound = 3
-	w, err := impair.Wrap(lower, impair.Options{})
+	w, err := impair.Wrap(lower, &impair.Options{})
 	require.NoError(t, err)
 	t.Cleanup(w.Close)
 	var ep gstack.LinkEndpoint = w // what the stack holds
@@ -490,7 +490,7 @@ func TestMissingInterfacesDegrade(t *testing.T) {
 		}
 		return n
 	}})
-	w, err := impair.Wrap(lower, impair.Options{})
+	w, err := impair.Wrap(lower, &impair.Options{})
 	require.NoError(t, err)
 	t.Cleanup(w.Close)
 	w.BusyPollBegin()
