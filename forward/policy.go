@@ -18,11 +18,14 @@ type Policy struct {
 	HostLoopback      []netip.Addr
 	AllowHostLoopback bool
 	// DNS are DNS relay addresses: flows to port 53 of one go to its
-	// upstream, other ports are refused (NoDNS).
+	// upstream, other ports are refused (NoDNS). Where UDP is not
+	// carried (NoUDP, or a dialer with no UDP), queries sent to one over
+	// UDP still are: to its upstream over TCP, through the dialer.
 	DNS []DNSRelay
-	// NoUDP refuses UDP (Unsupported) even where the dialer can carry
-	// it. A dialer that cannot (one that neither is a *net.Dialer nor has
-	// ListenPacket, as PacketListener) has UDP refused the same way.
+	// NoUDP refuses UDP (Unsupported), but for DNS queries (see DNS),
+	// even where the dialer can carry it. A dialer that cannot (one that
+	// neither is a *net.Dialer nor has ListenPacket, as PacketListener)
+	// has UDP refused the same way.
 	NoUDP bool
 }
 

@@ -142,19 +142,18 @@ func resetConn(c net.Conn) {
 
 // HandleUDP implements Handler.
 func (r *relay) HandleUDP(u *UDPFlow) {
-	f := u.f
 	switch pl, ok := r.d.(PacketListener); {
 	case r.pol.NoUDP:
 	case r.host:
 		if !hostUDP(r, u) {
-			f.refuse(HostError)
+			u.f.refuse(HostError)
 		}
 		return
 	case ok:
 		r.packetUDP(u, pl)
 		return
 	}
-	f.refuse(Unsupported)
+	r.tcpDNS(u)
 }
 
 // packetUDP relays a flow through a dialer's packet conn: datagrams to

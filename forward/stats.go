@@ -87,7 +87,8 @@ type Stats struct {
 	UDPPacketsUp, UDPPacketsDn uint64
 	UDPBytesUp, UDPBytesDown   uint64
 	// UDPDropped counts datagrams lost: a flow's queue or a host socket's
-	// buffer was full, or a reply did not fit the NIC's MTU.
+	// buffer was full, a reply did not fit the NIC's MTU, or a DNS query
+	// relayed over TCP (Policy.DNS) got no answer.
 	UDPDropped uint64
 	// EchoUp counts ICMP echo requests Relay sent on (another
 	// PingHandler's are not counted), EchoDown replies sent back

@@ -115,6 +115,22 @@ type Config struct {
 
 	// Forwards carry host connections into the sandbox.
 	Forwards []Forward
+
+	// Proxy, if not empty, is the URL of a proxy that every TCP flow of
+	// the sandbox goes through instead of a host socket (package
+	// forward/upstream): socks5://[user:pass@]HOST:PORT, or
+	// http://[user:pass@]HOST:PORT for HTTP CONNECT. The policy (Allow,
+	// Deny, the reserved ranges, AllowHostLoopback) still applies to the
+	// destination the sandbox asked for; the host's loopback is then the
+	// proxy's. Neither kind carries UDP (x/net's SOCKS5 client has no UDP
+	// ASSOCIATE), so UDP is refused (Unsupported) unless ProxyUDPDirect,
+	// and DNS queries to DNS4 and DNS6 go to DNSUpstream over TCP through
+	// the proxy. ICMP echo is refused (Unsupported).
+	Proxy string
+	// ProxyUDPDirect relays UDP to host sockets, outside the proxy, when
+	// Proxy is set (DNS queries too). Off, UDP is refused: who sets a
+	// proxy expects all traffic to leave through it.
+	ProxyUDPDirect bool
 }
 
 // Forward is a port forward from the host into the sandbox, like
@@ -294,6 +310,11 @@ func (c Config) normalize() (Config, error) {
 	}
 	if c.UDPIdleTimeout < 0 || c.ConnectTimeout < 0 {
 		errs = append(errs, errors.New("sandbox: timeouts must be positive"))
+	}
+	if c.Proxy != "" {
+		if _, err := parseProxy(c.Proxy); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	seen := map[Forward]bool{}
 	for _, f := range c.Forwards {

@@ -23,7 +23,11 @@
 // The relaying itself is package forward's: a Forwarder on the stack with
 // forward.Relay over host sockets (&net.Dialer{}), its policy built from
 // the Config. The sandbox adds the namespace, the TUN device, the DNS
-// relay's addresses, port forwards, configuration and metrics.
+// relay's addresses, port forwards, configuration and metrics. With
+// Config.Proxy the relay dials through a SOCKS5 or HTTP CONNECT proxy
+// instead (package forward/upstream); UDP is then refused or, with
+// Config.ProxyUDPDirect, relayed to host sockets, and DNS queries go to
+// the upstream resolver over TCP through the proxy.
 //
 // Policy is secure by default: the host's loopback is unreachable without
 // AllowHostLoopback, link-local, multicast and unspecified destinations

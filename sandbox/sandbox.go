@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -124,7 +123,11 @@ func (s *Sandbox) buildStack() error {
 	if budget <= 0 {
 		budget = -1 // none (forward's zero would mean its default)
 	}
-	relay := forward.Relay(&net.Dialer{Timeout: c.ConnectTimeout}, policy(c, s.dns))
+	d, err := dialer(c)
+	if err != nil {
+		return err
+	}
+	relay := forward.Relay(d, policy(c, s.dns))
 	s.fw, err = forward.New(st, relay, &forward.Options{
 		MaxFlows: c.MaxFlows, MaxTCP: c.MaxTCP, MaxUDP: c.MaxUDP, MaxHalfOpen: c.MaxHalfOpen,
 		MemoryBudget: budget, UDPIdleTimeout: c.UDPIdleTimeout,

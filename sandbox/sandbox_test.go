@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"net"
 	"net/netip"
 	"testing"
 
@@ -98,14 +99,41 @@ func TestCheck(t *testing.T) {
 		{"forward without port", Config{Forwards: []Forward{{Host: fwd.Host}}}, "needs a host address and a sandbox port"},
 		{"mtu", Config{MTU: 100}, "MTU 100: must be from"},
 		{"gateway outside", Config{Gateway4: netip.MustParseAddr("10.0.0.1")}, "gateway 10.0.0.1: must be an IPv4 address in 198.18.0.0/24"},
+		{"proxy scheme", Config{Proxy: "socks4://127.0.0.1:1080"}, `scheme "socks4" not supported`},
+		{"proxy port", Config{Proxy: "socks5://127.0.0.1"}, "want HOST:PORT"},
+		{"proxy forms", Config{Proxy: "ftp://h:1"}, ProxyForms},
 	} {
 		err := tc.cfg.Check()
 		require.Error(t, err, tc.name)
 		require.Contains(t, err.Error(), tc.msg, tc.name)
+	}
+	// A bad proxy URL's message never carries its password.
+	err := Config{Proxy: "socks5://bob:s3cret@h:x"}.Check()
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "s3cret")
+	for _, ok := range []string{"socks5://127.0.0.1:1080", "socks5://bob:pw@127.0.0.1:1080", "http://127.0.0.1:3128"} {
+		require.NoError(t, Config{Proxy: ok}.Check(), ok)
 	}
 	// The same port over UDP and TCP is two forwards, and port 0 may
 	// repeat (each picks a port).
 	require.NoError(t, Config{Forwards: []Forward{fwd, {UDP: true, Host: fwd.Host, Port: 80}}}.Check())
 	any0 := Forward{Host: netip.MustParseAddrPort("127.0.0.1:0"), Port: 80}
 	require.NoError(t, Config{Forwards: []Forward{any0, any0}, Qdisc: "llist", Queues: 4, Device: "sb0"}.Check())
+}
+
+// TestDialer checks which UDP the relay gets for each proxy setting:
+// host sockets without a proxy, none through one (forward refuses it),
+// host sockets again with ProxyUDPDirect.
+func TestDialer(t *testing.T) {
+	d, err := dialer(&Config{})
+	require.NoError(t, err)
+	require.IsType(t, &net.Dialer{}, d)
+	d, err = dialer(&Config{Proxy: "socks5://127.0.0.1:1080"})
+	require.NoError(t, err)
+	_, carries := d.(forward.PacketListener)
+	require.False(t, carries, "through a proxy, UDP is refused by default")
+	d, err = dialer(&Config{Proxy: "http://127.0.0.1:3128", ProxyUDPDirect: true})
+	require.NoError(t, err)
+	_, carries = d.(forward.PacketListener)
+	require.True(t, carries, "ProxyUDPDirect carries UDP on host sockets")
 }

@@ -23,6 +23,8 @@ const (
 	Malformed    = forward.Malformed
 	HostError    = forward.HostError
 	Budget       = forward.Budget
+	// Unsupported: UDP or ICMP echo that Config.Proxy does not carry.
+	Unsupported = forward.Unsupported
 )
 
 // Reasons lists every Reason, for tables and metrics.

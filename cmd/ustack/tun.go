@@ -51,7 +51,9 @@ func tunMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		queues     = fs.Int("queues", 1, "TUN device queues, each with its own receive goroutine")
 		qdisc      = fs.String("qdisc", sched.None, "queueing discipline towards the sandbox: "+strings.Join(sched.Names(), ", "))
 		busyPoll   = fs.String("busypoll", "off", "busy polling: off, on:<us>, spin:<us>, adaptive[:<us>]")
-		upstream   = fs.String("dns-upstream", "", "resolver for DNS queries, ADDR[:PORT] (default: the host's first nameserver); off turns the DNS relay off")
+		upstream   = fs.String("dns-upstream", "", "resolver for DNS queries, ADDR[:PORT] (default: the host's first nameserver); off turns the DNS relay off; with -proxy (and UDP refused) asked over TCP through the proxy")
+		proxyURL   = fs.String("proxy", "", "relay every TCP flow through this proxy: "+sandbox.ProxyForms+"; the -allow/-deny policy still applies to the destination the sandbox asked for")
+		proxyUDP   = fs.String("proxy-udp", "refuse", "UDP with -proxy, which carries none: refuse (counted as unsupported; the safe choice when all traffic must leave through the proxy; DNS queries still go over TCP through it) or direct (to host sockets, outside the proxy)")
 		resolv     = fs.Bool("resolv-conf", true, "give CMD a private /etc/resolv.conf naming the DNS address")
 		hostLoop   = fs.Bool("allow-host-loopback", false, "let the sandbox reach the host's loopback (127.0.0.1, ::1) through the gateway address")
 		maxFlows   = fs.Int("max-flows", sandbox.DefaultMaxFlows, "most flows at once, all protocols (-1: no limit)")
@@ -159,6 +161,20 @@ Flags:
 			ap = netip.AddrPortFrom(a, 53)
 		}
 		d.DNSUpstream = ap
+	}
+	if *proxyURL != "" {
+		// Checked here, before anything is created, to name the flag.
+		d.Proxy = *proxyURL
+		if err := (sandbox.Config{Proxy: d.Proxy}).Check(); err != nil {
+			return usage("-proxy: %v", strings.TrimPrefix(err.Error(), "sandbox: "))
+		}
+	}
+	switch *proxyUDP {
+	case "refuse":
+	case "direct":
+		d.ProxyUDPDirect = true
+	default:
+		return usage("-proxy-udp %q: want refuse or direct", *proxyUDP)
 	}
 	if !sched.Known(*qdisc) {
 		return usage("%v", &sched.UnknownError{Name: *qdisc})
