@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"runtime/debug"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ustack-dev/ustack/internal/netns"
+	"github.com/ustack-dev/ustack/internal/testenv"
 	"github.com/ustack-dev/ustack/stack"
 )
 
@@ -44,25 +44,11 @@ func sized(full int64) int64 {
 	return full
 }
 
-// requireEnv names the environment variable that makes this suite
-// mandatory: set (CI sets it to 1; any value but empty and 0 counts, so
-// that a typo never turns the requirement off), every skip in this
-// package fails the test instead, so that a run that could not test
-// something cannot pass as if it had.
-const requireEnv = "USTACK_REQUIRE_INTEGRATION"
-
-// required reports whether requireEnv is set.
-func required() bool { v := os.Getenv(requireEnv); return v != "" && v != "0" }
-
 // skip skips the test with the reason given, or fails it when the suite
-// is required (requireEnv). It is the only way tests in this package
-// skip.
+// is required. It is the only way tests in this package skip.
 func skip(tb testing.TB, format string, args ...any) {
 	tb.Helper()
-	if required() {
-		tb.Fatalf(format+" (%s is set: a test that cannot run fails)", append(args, requireEnv)...)
-	}
-	tb.Skipf(format, args...)
+	testenv.Skip(tb, format, args...)
 }
 
 // needPrivilege ends the test when a probe for what the test needs

@@ -169,6 +169,11 @@ Flags:
 			return usage("-proxy: %v", strings.TrimPrefix(err.Error(), "sandbox: "))
 		}
 	}
+	proxyUDPSet := false
+	fs.Visit(func(f *flag.Flag) { proxyUDPSet = proxyUDPSet || f.Name == "proxy-udp" })
+	if proxyUDPSet && *proxyURL == "" {
+		return usage("-proxy-udp: only with -proxy (without a proxy, UDP always goes to host sockets)")
+	}
 	switch *proxyUDP {
 	case "refuse":
 	case "direct":

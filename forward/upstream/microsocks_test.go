@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ustack-dev/ustack/forward/upstream"
+	"github.com/ustack-dev/ustack/internal/testenv"
 )
 
 // microsocks starts Debian's microsocks, a real SOCKS5 server, on
@@ -21,7 +22,7 @@ func microsocks(t *testing.T, user, pass string) string {
 	t.Helper()
 	bin, err := exec.LookPath("microsocks")
 	if err != nil {
-		t.Skip("microsocks not installed (apt-get install microsocks): the SOCKS5 dialer is not tested against a real server")
+		testenv.Skip(t, "microsocks not installed (apt-get install microsocks): the SOCKS5 dialer is not tested against a real server")
 	}
 	// A free port, released for microsocks to take: nothing else on
 	// loopback is expected to grab it in between.

@@ -28,6 +28,11 @@ import (
 func Parse(rawURL string) (proxy.ContextDialer, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
+		// url.Error quotes the whole URL, password and all: keep only
+		// the reason.
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			err = ue.Err
+		}
 		return nil, fmt.Errorf("proxy URL: %w", err)
 	}
 	if u.Opaque != "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {

@@ -180,6 +180,7 @@ func TestParseErrors(t *testing.T) {
 		{"socks5://:secret@127.0.0.1:1080", "user name of 1 to 255 bytes"},
 		{"socks5://u:" + strings.Repeat("p", 256) + "@127.0.0.1:1080", "password of at most 255"},
 		{"http://%zz", "proxy URL"},
+		{"http://u:secret@h:x", "invalid port"},
 	} {
 		_, err := upstream.Parse(tc.url)
 		require.ErrorContains(t, err, tc.want, tc.url)

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+
+	"github.com/ustack-dev/ustack/internal/testenv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -18,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestVethBetweenNamespaces(t *testing.T) {
 	if err := Probe(); err != nil {
 		if NoPrivilege(err) {
-			t.Skipf("needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to build network namespaces: %v", err)
+			testenv.Skip(t, "needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to build network namespaces: %v", err)
 		}
 		t.Fatalf("network namespaces: %v: the environment is broken (a missing privilege would skip)", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/ustack-dev/ustack/internal/testenv"
 	"github.com/ustack-dev/ustack/link/linktest"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
@@ -89,7 +90,7 @@ func TestTunOpenFDRefusesNonTUN(t *testing.T) {
 func TestTunOpenFDRefusesUnattached(t *testing.T) {
 	fd, err := unix.Open(cloneDevice, unix.O_RDWR, 0)
 	if err != nil {
-		t.Skipf("open %s: %v: the test needs the clone device readable and writable by this user", cloneDevice, err)
+		testenv.Skip(t, "open %s: %v: the test needs the clone device readable and writable by this user", cloneDevice, err)
 	}
 	defer unix.Close(fd)
 	_, err = OpenFD(fd, nil)
