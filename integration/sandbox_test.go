@@ -412,7 +412,7 @@ func TestSandbox(t *testing.T) {
 	needPrivilege(t, "sandbox tests need network namespaces and TUN", nsProbe())
 	fds, goroutines := openFDs(t), goleak.IgnoreCurrent()
 	hs := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
-	sb, err := sandbox.New(sandbox.Config{
+	sb, err := sandbox.New(&sandbox.Config{
 		AllowHostLoopback: true,
 		ResolvConf:        true,
 		DNSUpstream:       hs.dns,
@@ -574,7 +574,7 @@ func TestSandboxPolicy(t *testing.T) {
 	}
 	// Pings: relayed through the host's raw ICMP socket, or refused.
 	ping := func(t *testing.T, cfg sandbox.Config, addr string) (sandbox.Stats, error) {
-		sb, err := sandbox.New(cfg)
+		sb, err := sandbox.New(&cfg)
 		require.NoError(t, err)
 		defer sb.Close()
 		err = sb.Run(exec.Command("ping", "-c", "1", "-W", "2", addr), nil)
@@ -596,7 +596,7 @@ func TestSandboxPolicy(t *testing.T) {
 	})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			sb, err := sandbox.New(tc.cfg)
+			sb, err := sandbox.New(&tc.cfg)
 			require.NoError(t, err)
 			defer sb.Close()
 			out, err := inSandbox(t, sb, "dial", tc.dial)
@@ -703,7 +703,7 @@ func TestSandboxFlood(t *testing.T) {
 	blackhole := uint16(bsa.(*unix.SockaddrInet4).Port)
 
 	const maxUDP, maxHalf = 256, 32
-	sb, err := sandbox.New(sandbox.Config{
+	sb, err := sandbox.New(&sandbox.Config{
 		AllowHostLoopback: true,
 		MaxUDP:            maxUDP,
 		MaxHalfOpen:       maxHalf,
@@ -763,7 +763,7 @@ func TestSandboxAttach(t *testing.T) {
 	ns, err := netns.New("sbattach")
 	require.NoError(t, err)
 	defer ns.Close()
-	sb, err := sandbox.New(sandbox.Config{NetNS: "/var/run/netns/" + ns.Name, AllowHostLoopback: true})
+	sb, err := sandbox.New(&sandbox.Config{NetNS: "/var/run/netns/" + ns.Name, AllowHostLoopback: true})
 	require.NoError(t, err)
 	var body []byte
 	require.NoError(t, ns.Do(func() error {
@@ -807,7 +807,7 @@ func TestSandboxLimits(t *testing.T) {
 		{"budget", sandbox.Config{AllowHostLoopback: true, TCPBuffer: 64 << 10, MemoryBudget: 4 * 64 << 10}, "ok 2 refused 3\n", sandbox.Budget, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sb, err := sandbox.New(tc.cfg)
+			sb, err := sandbox.New(&tc.cfg)
 			require.NoError(t, err)
 			defer sb.Close()
 			out, err := inSandbox(t, sb, "hold", gw(hs.both), "5")
@@ -820,7 +820,7 @@ func TestSandboxLimits(t *testing.T) {
 	t.Run("host-error", func(t *testing.T) {
 		// The host refuses to send a datagram to port 0 (EINVAL): the
 		// relay counts a host error, and nothing leaves the host.
-		sb, err := sandbox.New(sandbox.Config{AllowHostLoopback: true})
+		sb, err := sandbox.New(&sandbox.Config{AllowHostLoopback: true})
 		require.NoError(t, err)
 		defer sb.Close()
 		out, err := inSandbox(t, sb, "udpsend", netip.AddrPortFrom(sandbox.DefaultGateway4, 0).String())
@@ -829,7 +829,7 @@ func TestSandboxLimits(t *testing.T) {
 		require.Eventually(t, func() bool { return sb.Stats().Refused[sandbox.HostError] == 1 }, 10*time.Second, time.Millisecond)
 	})
 	t.Run("udp-idle", func(t *testing.T) {
-		sb, err := sandbox.New(sandbox.Config{AllowHostLoopback: true, UDPIdleTimeout: 100 * time.Millisecond})
+		sb, err := sandbox.New(&sandbox.Config{AllowHostLoopback: true, UDPIdleTimeout: 100 * time.Millisecond})
 		require.NoError(t, err)
 		defer sb.Close()
 		out, err := inSandbox(t, sb, "udpecho", gw(hs.udp))
@@ -839,7 +839,7 @@ func TestSandboxLimits(t *testing.T) {
 		require.Equal(t, uint64(1), sb.Stats().UDPOpened)
 	})
 	t.Run("tcp-buffer", func(t *testing.T) {
-		sb, err := sandbox.New(sandbox.Config{AllowHostLoopback: true, TCPBuffer: 64 << 10})
+		sb, err := sandbox.New(&sandbox.Config{AllowHostLoopback: true, TCPBuffer: 64 << 10})
 		require.NoError(t, err)
 		defer sb.Close()
 		require.Equal(t, 64<<10, sb.Stack().GVisor().TCPSendBufferLimits().Max, "each flow's buffers are capped")
@@ -862,7 +862,7 @@ func TestSandboxIPv6(t *testing.T) {
 		ln.Close()
 	}
 	hs := startHostServices(t, netip.MustParseAddr("::1"))
-	sb, err := sandbox.New(sandbox.Config{
+	sb, err := sandbox.New(&sandbox.Config{
 		AllowHostLoopback: true,
 		Forwards:          []sandbox.Forward{{Host: netip.MustParseAddrPort("[::1]:0"), Port: 7000}, {Host: netip.MustParseAddrPort("[::1]:0"), Port: 7000, UDP: true}},
 	})
@@ -929,7 +929,7 @@ func TestSandboxCloseActive(t *testing.T) {
 	}
 	hs := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
 	fds, goroutines := openFDs(t), goleak.IgnoreCurrent()
-	sb, err := sandbox.New(sandbox.Config{AllowHostLoopback: true})
+	sb, err := sandbox.New(&sandbox.Config{AllowHostLoopback: true})
 	require.NoError(t, err)
 	cmd := childCmd(t, nil, "hold", netip.AddrPortFrom(sandbox.DefaultGateway4, hs.both.Port()).String(), "8")
 	stdin, err := cmd.StdinPipe()

@@ -50,8 +50,13 @@ type Sandbox struct {
 
 // New builds the sandbox's network: it creates (or attaches to) the
 // namespace, creates the TUN device in it and starts relaying. It needs
-// root (CAP_NET_ADMIN, and CAP_SYS_ADMIN to create a namespace).
-func New(cfg Config) (*Sandbox, error) {
+// root (CAP_NET_ADMIN, and CAP_SYS_ADMIN to create a namespace). A nil
+// cfg means the documented defaults; New does not keep cfg.
+func New(c *Config) (*Sandbox, error) {
+	var cfg Config
+	if c != nil {
+		cfg = *c
+	}
 	cfg, err := cfg.normalize()
 	if err != nil {
 		return nil, err

@@ -228,7 +228,7 @@ Flags:
 		return 1
 	}
 	defer stopProfiles()
-	sb, err := sandbox.New(d)
+	sb, err := sandbox.New(&d)
 	if err != nil {
 		fmt.Fprintf(stderr, "ustack tun: %v\n", err)
 		return 1
