@@ -30,42 +30,16 @@ const (
 // Reasons lists every Reason, for tables and metrics.
 func Reasons() []Reason { return forward.Reasons() }
 
-// Stats counts what the sandbox relayed and refused. Up is from the
-// sandbox, Down to it.
+// Stats counts what the sandbox relayed and refused: its relay's counters
+// (forward.Stats; Up is from the sandbox, Down to it) and its port
+// forwards'.
 type Stats struct {
-	// TCPFlows and UDPFlows are open now; TCPOpened and UDPOpened ever
-	// (port forwards included).
-	TCPFlows, UDPFlows   int64
-	TCPOpened, UDPOpened uint64
-	// HalfOpen is TCP connections waiting for their host-side connect.
-	HalfOpen int64
-	// ConnectFailed counts TCP flows the host could not connect (the
-	// sandbox got a reset): not a refusal by policy.
-	ConnectFailed uint64
-	// TCPResets counts resets carried across, either way.
-	TCPResets uint64
-	// Bytes and datagrams relayed.
-	TCPBytesUp, TCPBytesDown   uint64
-	UDPPacketsUp, UDPPacketsDn uint64
-	UDPBytesUp, UDPBytesDown   uint64
-	// UDPDropped counts datagrams lost in the relay: a host socket's
-	// buffer was full, or a datagram from the host did not fit the
-	// sandbox's MTU.
-	UDPDropped uint64
-	// EchoUp and EchoDown count ICMP echo requests relayed to the host
-	// and replies relayed back (pings of ustack's own addresses are
-	// answered by ustack and not counted here).
-	EchoUp, EchoDown uint64
-	// DNSQueries counts queries relayed to the upstream resolver (UDP
-	// datagrams and TCP connections).
-	DNSQueries uint64
+	forward.Stats
 	// ForwardConns counts connections (TCP) and mappings (UDP) made by
 	// port forwards.
 	ForwardConns uint64
 	// ForwardFailed counts port-forward connections the sandbox refused.
 	ForwardFailed uint64
-	// Refused counts refusals by Reason.
-	Refused [forward.NumReasons]uint64
 }
 
 // counters are what the sandbox counts itself (the relay counts the
@@ -80,15 +54,7 @@ func (s *Sandbox) Stats() Stats {
 	if s.fw != nil {
 		f = s.fw.Stats()
 	}
-	return Stats{
-		TCPFlows: f.TCPFlows, UDPFlows: f.UDPFlows, TCPOpened: f.TCPOpened, UDPOpened: f.UDPOpened,
-		HalfOpen: f.HalfOpen, ConnectFailed: f.ConnectFailed, TCPResets: f.TCPResets,
-		TCPBytesUp: f.TCPBytesUp, TCPBytesDown: f.TCPBytesDown,
-		UDPPacketsUp: f.UDPPacketsUp, UDPPacketsDn: f.UDPPacketsDn, UDPBytesUp: f.UDPBytesUp, UDPBytesDown: f.UDPBytesDown,
-		UDPDropped: f.UDPDropped, EchoUp: f.EchoUp, EchoDown: f.EchoDown, DNSQueries: f.DNSQueries,
-		ForwardConns: s.c.fwdConns.Load(), ForwardFailed: s.c.fwdFailed.Load(),
-		Refused: f.Refused,
-	}
+	return Stats{Stats: f, ForwardConns: s.c.fwdConns.Load(), ForwardFailed: s.c.fwdFailed.Load()}
 }
 
 // policy is the relay's policy for the sandbox's configuration: the
