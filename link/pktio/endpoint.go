@@ -241,4 +241,3 @@ func (e *Endpoint) LinkStats() link.Stats {
 	s.RXErrors = e.rxErrors.Load()
 	return s
 }
-

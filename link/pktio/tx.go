@@ -15,7 +15,7 @@ import (
 // has not read yet.
 type txQueue struct {
 	mu      sync.Mutex
-	cond    sync.Cond // Read waits on it for packets or Close
+	cond    sync.Cond             // Read waits on it for packets or Close
 	pkts    []*stack.PacketBuffer // each holds one reference taken at write
 	head, n int
 	closed  bool
