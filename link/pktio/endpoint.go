@@ -63,7 +63,7 @@ type Endpoint struct {
 
 	rxPackets, rxBytes, rxRounds, rxInline atomic.Uint64
 	rxDetached, rxMalformed, rxClosed      atomic.Uint64
-	rxErrors, rxSuper, rxWaits             atomic.Uint64
+	rxErrors, rxSuper, rxWaits, rxBadCsum  atomic.Uint64
 	readCalls, readPackets, readSplit      atomic.Uint64
 	txTooBig                               atomic.Uint64
 }
@@ -108,12 +108,17 @@ func (*Endpoint) LinkAddress() tcpip.LinkAddress { return "" }
 // address, so it does nothing.
 func (*Endpoint) SetLinkAddress(tcpip.LinkAddress) {}
 
-// Capabilities implements stack.LinkEndpoint. The endpoint claims no
-// checksum offload: packets written to it come from a peer the stack has
-// no reason to trust, so gVisor (or GRO, once per segment) verifies them,
-// and every packet Read hands out carries complete checksums (unless
-// VNetHeader asks for partial ones).
-func (*Endpoint) Capabilities() stack.LinkEndpointCapabilities { return stack.CapabilityNone }
+// Capabilities implements stack.LinkEndpoint. The endpoint verifies the
+// checksums of every written packet itself, before GRO (vnet.CheckIP, or
+// vnet.Inspect behind a virtio-net header), and claims RX checksum
+// offload: gVisor's NIC overwrites a packet's RXChecksumValidated with
+// that capability, and a segment GRO merged no longer carries a
+// checksum that verifies. It claims no TX offload: every packet Read
+// hands out carries complete checksums (unless VNetHeader asks for
+// partial ones).
+func (*Endpoint) Capabilities() stack.LinkEndpointCapabilities {
+	return stack.CapabilityRXChecksumOffload
+}
 
 // GSOMaxSize implements stack.GSOEndpoint.
 func (e *Endpoint) GSOMaxSize() uint32 {
@@ -239,5 +244,6 @@ func (e *Endpoint) LinkStats() link.Stats {
 	s.RXMalformed = e.rxMalformed.Load()
 	s.RXClosed = e.rxClosed.Load()
 	s.RXErrors = e.rxErrors.Load()
+	s.RXBadChecksum = e.rxBadCsum.Load()
 	return s
 }

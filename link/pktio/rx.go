@@ -111,8 +111,9 @@ func (q *rxQueue) release() int {
 // caller's goroutine, their TCP segments coalesced by GRO first. If one
 // is, they are queued for it, and Write waits while that queue is full:
 // the stack never drops a written packet for lack of room. Packets that
-// are neither IPv4 nor IPv6 are dropped and counted (RXMalformed), as
-// are packets written while no stack is attached (RXDetached). With
+// are neither IPv4 nor IPv6 or are cut short are dropped and counted
+// (RXMalformed), as are packets with a wrong checksum (RXBadChecksum) and
+// packets written while no stack is attached (RXDetached). With
 // Options.VNetHeader each packet starts with a virtio-net header. After
 // Close, Write returns ErrClosed.
 func (e *Endpoint) Write(bufs [][]byte, offset int) (int, error) {
@@ -186,9 +187,20 @@ func (e *Endpoint) enqueue(d stack.NetworkDispatcher, pkt *stack.PacketBuffer) {
 	pkt.DecRef()
 }
 
+// groBucketSize is how many packets one of GRO's buckets holds (gVisor's
+// unexported groBucketSize, 8).
+const groBucketSize = 8
+
+// finishRound ends a receive round of n packets: nothing may stay in GRO
+// once it returns. gro.Flush delivers only the oldest packet of each
+// bucket (it walks each bucket's list while removing from it, and a
+// removed entry's link is reset), so it is called once per slot a bucket
+// has; the later calls find the buckets empty at once.
 func (e *Endpoint) finishRound(d stack.NetworkDispatcher, n int) {
-	if d != nil && n > 0 {
-		e.gro.Flush()
+	if d != nil && n > 0 && !e.opts.NoGRO {
+		for range groBucketSize {
+			e.gro.Flush()
+		}
 	}
 	if n > 0 {
 		e.rxRounds.Add(1)
@@ -226,10 +238,10 @@ func (e *Endpoint) packetFrom(b []byte, offset int) *stack.PacketBuffer {
 	if len(ip) == 0 {
 		return nil
 	}
-	validated := false
+	var h vnet.Header
 	if e.opts.VNetHeader {
-		h, err := vnet.Decode(ip)
-		if err != nil {
+		var err error
+		if h, err = vnet.Decode(ip); err != nil {
 			e.rxErrors.Add(1)
 			return nil
 		}
@@ -251,9 +263,17 @@ func (e *Endpoint) packetFrom(b []byte, offset int) *stack.PacketBuffer {
 			e.rxErrors.Add(1)
 			return nil
 		}
-		// A partial checksum is the writer's promise, as a kernel's is
-		// to a TUN reader.
-		validated = h.Flags&(vnet.FlagNeedsCsum|vnet.FlagDataValid) != 0
+	}
+	// A partial or verified checksum behind the header is the writer's
+	// promise, as a kernel's is to a TUN reader; anything else is checked
+	// here, once, since the endpoint claims RX checksum offload.
+	switch vnet.Inspect(h, ip) {
+	case vnet.Bad:
+		e.rxBadCsum.Add(1)
+		return nil
+	case vnet.Malformed:
+		e.rxMalformed.Add(1)
+		return nil
 	}
 	var proto tcpip.NetworkProtocolNumber
 	switch header.IPVersion(ip) {
@@ -267,7 +287,7 @@ func (e *Endpoint) packetFrom(b []byte, offset int) *stack.PacketBuffer {
 	}
 	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(ip)})
 	pkt.NetworkProtocolNumber = proto
-	pkt.RXChecksumValidated = validated
+	pkt.RXChecksumValidated = true
 	return pkt
 }
 
