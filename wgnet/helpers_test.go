@@ -38,9 +38,9 @@ type side struct {
 	udp    func(laddr, raddr netip.AddrPort) (net.Conn, error)
 }
 
-func ustackSide(tb testing.TB, addr netip.Addr, opts *wgnet.Options) (side, *wgnet.Net) {
+func ustackSide(tb testing.TB, addr netip.Addr, opts *wgnet.Options, dns ...netip.Addr) (side, *wgnet.Net) {
 	tb.Helper()
-	dev, tnet, err := wgnet.CreateNetTUNWithOptions([]netip.Addr{addr}, nil, testMTU, opts)
+	dev, tnet, err := wgnet.CreateNetTUNWithOptions([]netip.Addr{addr}, dns, testMTU, opts)
 	require.NoError(tb, err)
 	return side{
 		tun: dev,
