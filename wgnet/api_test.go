@@ -28,6 +28,7 @@ import (
 
 func httpGet(tnet *wgnet.Net, url string) (string, error) {
 	client := http.Client{Transport: &http.Transport{DialContext: tnet.DialContext}}
+	defer client.CloseIdleConnections()
 	resp, err := client.Get(url)
 	if err != nil {
 		return "", err
