@@ -1,7 +1,10 @@
 package wgnet_test
 
 import (
+	"context"
 	"flag"
+	"net"
+	"net/netip"
 	"fmt"
 	"os"
 	"testing"
@@ -11,6 +14,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ustack-dev/ustack/internal/xfer"
+	"github.com/ustack-dev/ustack/link/pktio"
+	"github.com/ustack-dev/ustack/poll"
+	"github.com/ustack-dev/ustack/wgnet"
 )
 
 // TestMain checks that no goroutine outlives the tests. It does not run
@@ -40,12 +46,26 @@ const dialTimeout = 30 * time.Second
 const transferSize = 64 << 20
 
 func TestTransferUstackBothSides(t *testing.T) {
-	a, _ := ustackSide(t, addrA, nil)
-	b, _ := ustackSide(t, addrB, nil)
-	join(t, a, b)
-	c, s := connect(t, a, b, 5001)
-	_, err := xfer.Exchange(c, s, transferSize, xfer.Timeout(transferSize))
-	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		opts *wgnet.Options
+	}{
+		{"defaults", nil},
+		{"busy-poll", &wgnet.Options{BusyPoll: poll.Mode{Kind: poll.Adaptive, Budget: poll.DefaultBudget}}},
+		{"enqlock-batch16", &wgnet.Options{Qdisc: "enqlock", BatchSize: 16}},
+		{"no-gro-no-gso", &wgnet.Options{Link: &pktio.Options{NoGRO: true, NoGSO: true}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, na := ustackSide(t, addrA, tc.opts)
+			b, _ := ustackSide(t, addrB, tc.opts)
+			join(t, a, b)
+			c, s := connect(t, a, b, 5001)
+			_, err := xfer.Exchange(c, s, transferSize, xfer.Timeout(transferSize))
+			require.NoError(t, err)
+			st := na.Endpoint().LinkStats()
+			require.Zero(t, st.RXBadChecksum+st.RXMalformed+st.RXErrors+st.TXErrors)
+		})
+	}
 }
 
 func TestTransferUstackToNetstack(t *testing.T) {
@@ -55,6 +75,28 @@ func TestTransferUstackToNetstack(t *testing.T) {
 	t.Run("ustack dials", func(t *testing.T) {
 		c, s := connect(t, a, b, 5001)
 		_, err := xfer.Exchange(c, s, transferSize, xfer.Timeout(transferSize))
+		require.NoError(t, err)
+	})
+	t.Run("netstack dials", func(t *testing.T) {
+		// connect dials addrB from its first side: swap the roles by
+		// listening on a (ustack) and dialing from b (netstack).
+		ln, err := a.listen(5002)
+		require.NoError(t, err)
+		defer ln.Close()
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			c, _ := ln.Accept()
+			accepted <- c
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+		defer cancel()
+		c, err := b.dial(ctx, netip.AddrPortFrom(addrA, 5002))
+		require.NoError(t, err)
+		defer c.Close()
+		s := <-accepted
+		require.NotNil(t, s)
+		defer s.Close()
+		_, err = xfer.Exchange(c, s, transferSize, xfer.Timeout(transferSize))
 		require.NoError(t, err)
 	})
 }
