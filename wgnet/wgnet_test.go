@@ -3,9 +3,9 @@ package wgnet_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"net"
 	"net/netip"
-	"fmt"
 	"os"
 	"testing"
 	"time"
