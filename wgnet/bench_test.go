@@ -2,6 +2,7 @@ package wgnet_test
 
 import (
 	"io"
+	"net"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -13,19 +14,21 @@ import (
 )
 
 // The benchmarks run the same traffic through two wireguard-go devices
-// joined in memory (conn/bindtest), with ustack (wgnet) behind both, and
-// with wireguard-go's own tun/netstack behind both. Each top-level
-// benchmark runs its two cases one after the other, so with -count=N they
-// alternate:
+// joined in memory (conn/bindtest), once with ustack (wgnet) behind both
+// and once with wireguard-go's own tun/netstack behind both. Both tunnels
+// are built first; each operation then runs the traffic through one and
+// then the other, alternating which goes first, so that both see the same
+// machine (the cores are shared) and the reported ratio compares like
+// with like:
 //
-//	go test ./wgnet -run '^$' -bench . -benchtime 1x -count 5   (stream)
+//	go test ./wgnet -run '^$' -bench . -benchtime 3x
 //
-// and compare with benchstat, or by the ratio of the reported metrics.
+// Each reports its metric for both and ustack's over netstack's.
 
-// impls are the two netstacks compared.
-var impls = []string{"ustack", "netstack"}
+// impls are the two netstacks compared, ustack first.
+var impls = [2]string{"ustack", "netstack"}
 
-func tunnel(b *testing.B, impl string) (side, side) {
+func tunnel(b *testing.B, impl string, port int) (net.Conn, net.Conn, side, side) {
 	var x, y side
 	if impl == "ustack" {
 		x, _ = ustackSide(b, addrA, nil)
@@ -35,120 +38,175 @@ func tunnel(b *testing.B, impl string) (side, side) {
 		y = netstackSide(b, addrB)
 	}
 	join(b, x, y)
-	return x, y
+	c, s := connect(b, x, y, port)
+	return c, s, x, y
 }
 
-// streamSize is what one stream operation moves.
+// alternate runs op(i, k) for both impls k = 0, 1 per iteration i,
+// swapping the order every iteration, and returns the time each took in
+// all.
+func alternate(n int, op func(i, k int)) [2]time.Duration {
+	var took [2]time.Duration
+	for i := range n {
+		for j := range 2 {
+			k := (i + j) % 2
+			start := time.Now()
+			op(i, k)
+			took[k] += time.Since(start)
+		}
+	}
+	return took
+}
+
+func report(b *testing.B, unit string, v [2]float64) {
+	b.ReportMetric(v[0], impls[0]+"-"+unit)
+	b.ReportMetric(v[1], impls[1]+"-"+unit)
+	b.ReportMetric(v[0]/v[1], "ratio")
+}
+
+// streamSize is what one stream operation moves through each tunnel.
 const streamSize = 256 << 20
 
-// BenchmarkTCPStream moves 256 MiB per operation over one TCP connection
-// through the tunnel; run it with -benchtime 1x (or Nx).
+// BenchmarkTCPStream moves 256 MiB over one TCP connection through each
+// tunnel per operation; Gbit/s counts from the first byte written to the
+// last byte read.
 func BenchmarkTCPStream(b *testing.B) {
-	for _, impl := range impls {
-		b.Run(impl, func(b *testing.B) {
-			x, y := tunnel(b, impl)
-			c, s := connect(b, x, y, 5201)
-			got := make(chan int64, 1)
-			go func() {
-				n, _ := io.Copy(io.Discard, s)
-				got <- n
-			}()
-			b.SetBytes(streamSize)
-			b.ReportAllocs()
-			b.ResetTimer()
-			start := time.Now()
-			for range b.N {
-				_, err := io.Copy(c, xfer.Pattern(1, streamSize))
-				require.NoError(b, err)
+	var conns [2]net.Conn
+	var arrived [2]chan struct{}
+	for k, impl := range impls {
+		c, s, _, _ := tunnel(b, impl, 5201)
+		conns[k] = c
+		arrived[k] = make(chan struct{}, 1)
+		go func() {
+			buf := make([]byte, 256<<10)
+			var got int64
+			for {
+				n, err := s.Read(buf)
+				if got += int64(n); got >= streamSize {
+					got -= streamSize
+					arrived[k] <- struct{}{}
+				}
+				if err != nil {
+					return
+				}
 			}
-			require.NoError(b, c.(interface{ CloseWrite() error }).CloseWrite())
-			n := <-got
-			elapsed := time.Since(start)
-			b.StopTimer()
-			require.Equal(b, int64(b.N)*streamSize, n)
-			b.ReportMetric(float64(n)*8/elapsed.Seconds()/1e9, "Gbit/s")
-		})
+		}()
 	}
+	b.SetBytes(2 * streamSize)
+	b.ResetTimer()
+	took := alternate(b.N, func(_, k int) {
+		_, err := io.Copy(conns[k], xfer.Pattern(1, streamSize))
+		require.NoError(b, err)
+		<-arrived[k]
+	})
+	b.StopTimer()
+	var gbps [2]float64
+	for k := range gbps {
+		gbps[k] = float64(b.N) * streamSize * 8 / took[k].Seconds() / 1e9
+	}
+	report(b, "Gbit/s", gbps)
 }
+
+// rrChunk is how many round trips one tunnel runs before the other takes
+// its turn.
+const rrChunk = 500
 
 // BenchmarkTCPRR is one-byte request and response on one TCP connection
-// through the tunnel (netperf's tcp_rr): one operation is one round trip.
+// (netperf's tcp_rr): an operation is rrChunk round trips through each
+// tunnel.
 func BenchmarkTCPRR(b *testing.B) {
-	for _, impl := range impls {
-		b.Run(impl, func(b *testing.B) {
-			x, y := tunnel(b, impl)
-			c, s := connect(b, x, y, 5202)
-			go func() {
-				var buf [1]byte
-				for {
-					if _, err := io.ReadFull(s, buf[:]); err != nil {
-						return
-					}
-					if _, err := s.Write(buf[:]); err != nil {
-						return
-					}
-				}
-			}()
+	var conns [2]net.Conn
+	for k, impl := range impls {
+		c, s, _, _ := tunnel(b, impl, 5202)
+		conns[k] = c
+		go func() {
 			var buf [1]byte
-			b.ReportAllocs()
-			b.ResetTimer()
-			start := time.Now()
-			for range b.N {
-				_, err := c.Write(buf[:])
-				require.NoError(b, err)
-				_, err = io.ReadFull(c, buf[:])
-				require.NoError(b, err)
+			for {
+				if _, err := io.ReadFull(s, buf[:]); err != nil {
+					return
+				}
+				if _, err := s.Write(buf[:]); err != nil {
+					return
+				}
 			}
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "trans/s")
-		})
+		}()
 	}
+	b.ResetTimer()
+	took := alternate(b.N, func(_, k int) {
+		var buf [1]byte
+		for range rrChunk {
+			_, err := conns[k].Write(buf[:])
+			require.NoError(b, err)
+			_, err = io.ReadFull(conns[k], buf[:])
+			require.NoError(b, err)
+		}
+	})
+	b.StopTimer()
+	var tps [2]float64
+	for k := range tps {
+		tps[k] = float64(b.N*rrChunk) / took[k].Seconds()
+	}
+	report(b, "trans/s", tps)
 }
 
+// udpChunk is how many datagrams one tunnel carries before the other
+// takes its turn.
+const udpChunk = 20000
+
 // BenchmarkUDP1200 sends 1200-byte datagrams as fast as the sender can
-// through the tunnel; one operation is one datagram sent, and pkts/s is
-// what the receiver got (a datagram dropped anywhere does not count).
+// through each tunnel, udpChunk per operation; pkts/s is what the
+// receiver got per second, from the first send to the last arrival (a
+// datagram dropped anywhere, in either stack or in wireguard-go's queues,
+// does not count), and delivered the share that arrived.
 func BenchmarkUDP1200(b *testing.B) {
-	for _, impl := range impls {
-		b.Run(impl, func(b *testing.B) {
-			x, y := tunnel(b, impl)
-			srv, err := y.udp(netip.AddrPortFrom(addrB, 5203), netip.AddrPort{})
-			require.NoError(b, err)
-			defer srv.Close()
-			cli, err := x.udp(netip.AddrPort{}, netip.AddrPortFrom(addrB, 5203))
-			require.NoError(b, err)
-			defer cli.Close()
-			var received atomic.Int64
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				buf := make([]byte, 2048)
-				for {
-					if _, err := srv.Read(buf); err != nil {
-						return
-					}
-					received.Add(1)
+	var clients [2]net.Conn
+	var received [2]atomic.Int64
+	var lastAt [2]atomic.Int64
+	for k, impl := range impls {
+		_, _, x, y := tunnel(b, impl, 5203)
+		srv, err := y.udp(netip.AddrPortFrom(addrB, 5203), netip.AddrPort{})
+		require.NoError(b, err)
+		b.Cleanup(func() { srv.Close() })
+		cli, err := x.udp(netip.AddrPort{}, netip.AddrPortFrom(addrB, 5203))
+		require.NoError(b, err)
+		b.Cleanup(func() { cli.Close() })
+		clients[k] = cli
+		go func() {
+			buf := make([]byte, 2048)
+			for {
+				if _, err := srv.Read(buf); err != nil {
+					return
 				}
-			}()
-			msg := make([]byte, 1200)
-			b.SetBytes(int64(len(msg)))
-			b.ReportAllocs()
-			b.ResetTimer()
-			start := time.Now()
-			for range b.N {
-				cli.Write(msg) // a refused datagram is a lost one: counted below
+				received[k].Add(1)
+				lastAt[k].Store(time.Now().UnixNano())
 			}
-			// Let what is in flight arrive: until nothing came for a while.
-			for last := int64(-1); last != received.Load(); {
-				last = received.Load()
+		}()
+	}
+	msg := make([]byte, 1200)
+	var took [2]time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range 2 {
+			k := (i + j) % 2
+			start := time.Now()
+			for range udpChunk {
+				clients[k].Write(msg) // a refused datagram is a lost one
+			}
+			// Until nothing has arrived for a while: the rest was lost.
+			for last := int64(-1); last != received[k].Load(); {
+				last = received[k].Load()
 				time.Sleep(20 * time.Millisecond)
 			}
-			elapsed := time.Since(start)
-			b.StopTimer()
-			got := received.Load()
-			srv.Close()
-			<-done
-			b.ReportMetric(float64(got)/elapsed.Seconds(), "pkts/s")
-			b.ReportMetric(float64(got)/float64(b.N), "delivered")
-		})
+			took[k] += time.Duration(lastAt[k].Load() - start.UnixNano())
+		}
 	}
+	b.StopTimer()
+	var pps, share [2]float64
+	for k := range pps {
+		pps[k] = float64(received[k].Load()) / took[k].Seconds()
+		share[k] = float64(received[k].Load()) / float64(b.N*udpChunk)
+	}
+	report(b, "pkts/s", pps)
+	b.ReportMetric(share[0], impls[0]+"-delivered")
+	b.ReportMetric(share[1], impls[1]+"-delivered")
 }
