@@ -9,6 +9,7 @@ import (
 
 	"golang.zx2c4.com/wireguard/tun"
 	"gvisor.dev/gvisor/pkg/tcpip"
+	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/link/pktio"
 	"github.com/ustack-dev/ustack/poll"
@@ -29,6 +30,14 @@ const (
 	// senders wait (the qdisc requeues and resumes on the endpoint's
 	// writability signal) instead of dropping, as gVisor's default does.
 	DefaultQdisc = sched.LList
+	// DefaultSocketReceiveBuffer is the receive buffer a UDP, ICMP or raw
+	// socket of the Net starts with: 7 MiB, what wireguard-go asks for
+	// its own UDP sockets (conn.socketBufferSize). Linux's default, 208
+	// KiB (gVisor's too), holds barely more than one batch the device
+	// writes (128 packets of up to 1420 bytes), so a reader that falls a
+	// little behind loses datagrams the tunnel delivered. It is a limit,
+	// not an allocation.
+	DefaultSocketReceiveBuffer = 7 << 20
 )
 
 // Options configures CreateNetTUNWithOptions. A nil *Options means the
@@ -47,10 +56,14 @@ type Options struct {
 	// DefaultBatchSize.
 	BatchSize int
 	// Link tunes the endpoint; its MTU is ignored (the mtu argument
-	// wins). nil means pktio's defaults.
+	// wins) and VNetHeader must be off. nil means pktio's defaults.
 	Link *pktio.Options
 	// TCP tunes TCP; nil means stack.DefaultTCPOptions.
 	TCP *stack.TCPOptions
+	// SocketReceiveBuffer is the receive buffer in bytes of every
+	// non-TCP socket (TCP's are TCP.ReceiveBuffer); 0 means
+	// DefaultSocketReceiveBuffer.
+	SocketReceiveBuffer int
 }
 
 // Net is the network behind the device: dial, listen, ping and resolve
@@ -92,6 +105,9 @@ func CreateNetTUNWithOptions(localAddresses, dnsServers []netip.Addr, mtu int, o
 	if o.Link != nil {
 		lo = *o.Link
 	}
+	if lo.VNetHeader {
+		return nil, nil, errors.New("wgnet: Link.VNetHeader must be off: wireguard-go reads and writes plain IP packets")
+	}
 	if mtu < pktio.MinMTU || mtu > pktio.MaxMTU {
 		return nil, nil, fmt.Errorf("wgnet: MTU %d out of range: use %d to %d", mtu, pktio.MinMTU, pktio.MaxMTU)
 	}
@@ -104,6 +120,20 @@ func CreateNetTUNWithOptions(localAddresses, dnsServers []netip.Addr, mtu int, o
 	if err != nil {
 		ep.Close()
 		return nil, nil, fmt.Errorf("wgnet: %w", err)
+	}
+	if o.SocketReceiveBuffer == 0 {
+		o.SocketReceiveBuffer = DefaultSocketReceiveBuffer
+	}
+	rb := tcpip.ReceiveBufferSizeOption{Min: gstack.MinBufferSize, Default: o.SocketReceiveBuffer, Max: max(o.SocketReceiveBuffer, gstack.DefaultMaxBufferSize)}
+	if o.SocketReceiveBuffer < gstack.MinBufferSize {
+		ep.Close()
+		s.Close()
+		return nil, nil, fmt.Errorf("wgnet: socket receive buffer %d: must be at least %d bytes", o.SocketReceiveBuffer, gstack.MinBufferSize)
+	}
+	if terr := s.GVisor().SetOption(rb); terr != nil {
+		ep.Close()
+		s.Close()
+		return nil, nil, fmt.Errorf("wgnet: set the socket receive buffer to %d bytes: %s", o.SocketReceiveBuffer, terr)
 	}
 	n := &Net{s: s, ep: ep, dnsServers: append([]netip.Addr(nil), dnsServers...)}
 	nic, err := s.AddNIC(ep, &stack.NICOptions{Name: "wg", Qdisc: o.Qdisc, QdiscOptions: o.QdiscOptions})
