@@ -40,8 +40,9 @@ type Options struct {
 	// QueueLen is the length in packets of the queue towards the consumer
 	// and of the one towards the stack.
 	QueueLen int
-	// BatchSize is the most inbound packets one receive round delivers
-	// (and GRO coalesces) at a time.
+	// BatchSize is the most queued inbound packets one receive round
+	// delivers (and GRO coalesces) at a time. A Write delivered in the
+	// writer's goroutine is one round, whatever its length.
 	BatchSize int
 	// NoGRO turns receive coalescing off: every written packet climbs the
 	// stack on its own.

@@ -14,8 +14,10 @@ import (
 )
 
 var (
-	addrA = netip.MustParseAddr("198.18.0.1")
-	addrB = netip.MustParseAddr("198.18.0.2")
+	addrA  = netip.MustParseAddr("198.18.0.1")
+	addrB  = netip.MustParseAddr("198.18.0.2")
+	addrA6 = netip.MustParseAddr("fd00::1")
+	addrB6 = netip.MustParseAddr("fd00::2")
 )
 
 // host is a stack on a pktio endpoint.
@@ -34,6 +36,12 @@ func newHost(tb testing.TB, addr netip.Addr, opts *pktio.Options) host {
 	nic, err := s.AddNIC(ep, &stack.NICOptions{Qdisc: "llist"})
 	require.NoError(tb, err)
 	require.NoError(tb, s.AddAddress(nic, netip.PrefixFrom(addr, 24)))
+	// The IPv6 address with the same last byte: fd00::1 or fd00::2.
+	a6 := addrA6
+	if addr == addrB {
+		a6 = addrB6
+	}
+	require.NoError(tb, s.AddAddress(nic, netip.PrefixFrom(a6, 64)))
 	return host{s: s, ep: ep}
 }
 

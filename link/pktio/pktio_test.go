@@ -19,8 +19,13 @@ import (
 
 // connect listens on b, dials it from a and returns both ends.
 func connect(t *testing.T, a, b host, port uint16) (net.Conn, net.Conn) {
+	return connectTo(t, a, b, addrB, port)
+}
+
+// connectTo is connect to b's address server.
+func connectTo(t *testing.T, a, b host, server netip.Addr, port uint16) (net.Conn, net.Conn) {
 	t.Helper()
-	ln, err := b.s.ListenTCP(netip.AddrPortFrom(addrB, port))
+	ln, err := b.s.ListenTCP(netip.AddrPortFrom(server, port))
 	require.NoError(t, err)
 	defer ln.Close()
 	accepted := make(chan net.Conn, 1)
@@ -30,7 +35,7 @@ func connect(t *testing.T, a, b host, port uint16) (net.Conn, net.Conn) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := a.s.DialTCP(ctx, netip.AddrPortFrom(addrB, port))
+	c, err := a.s.DialTCP(ctx, netip.AddrPortFrom(server, port))
 	require.NoError(t, err)
 	s := <-accepted
 	require.NotNil(t, s)
@@ -56,14 +61,17 @@ func checkSegments(mtu int, bad *atomic.Value) func([][]byte) {
 func TestTransfer(t *testing.T) {
 	const size = 16 << 20
 	for _, tc := range []struct {
-		name string
-		opts pktio.Options
+		name   string
+		opts   pktio.Options
+		server netip.Addr
 	}{
-		{"gro+gso", pktio.Options{}},
-		{"no-gro", pktio.Options{NoGRO: true}},
-		{"no-gso", pktio.Options{NoGSO: true}},
-		{"vnet", pktio.Options{VNetHeader: true}},
-		{"small-batch", pktio.Options{BatchSize: 3, QueueLen: 16}},
+		{"gro+gso", pktio.Options{}, addrB},
+		{"gro+gso-ipv6", pktio.Options{}, addrB6},
+		{"no-gro", pktio.Options{NoGRO: true}, addrB},
+		{"no-gso", pktio.Options{NoGSO: true}, addrB},
+		{"vnet", pktio.Options{VNetHeader: true}, addrB},
+		{"vnet-ipv6", pktio.Options{VNetHeader: true}, addrB6},
+		{"small-batch", pktio.Options{BatchSize: 3, QueueLen: 16}, addrB},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newHost(t, addrA, &tc.opts)
@@ -87,7 +95,7 @@ func TestTransfer(t *testing.T) {
 			// wireguard-go's offset: room for its transport header.
 			w.run(a.ep, b.ep, 128, 16, inspect)
 			w.run(b.ep, a.ep, 128, 16, inspect)
-			c, s := connect(t, a, b, 5001)
+			c, s := connectTo(t, a, b, tc.server, 5001)
 			_, err := xfer.Exchange(c, s, size, xfer.Timeout(size))
 			require.NoError(t, err)
 			w.stop(t, a.ep, b.ep)
