@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
+	"golang.zx2c4.com/wireguard/tun/netstack"
 
 	"github.com/ustack-dev/ustack/wgnet"
 )
@@ -224,4 +226,48 @@ func TestCloseUnblocksRead(t *testing.T) {
 	require.True(t, ok, "EventUp first")
 	_, ok = <-dev.Events()
 	require.False(t, ok, "closed after Close")
+}
+
+var (
+	_ net.Conn       = (*wgnet.TCPConn)(nil)
+	_ net.Listener   = (*wgnet.TCPListener)(nil)
+	_ net.Conn       = (*wgnet.UDPConn)(nil)
+	_ net.PacketConn = (*wgnet.UDPConn)(nil)
+	_ net.Conn       = (*wgnet.PingConn)(nil)
+	_ net.PacketConn = (*wgnet.PingConn)(nil)
+)
+
+// TestSameMethodsAsNetstack checks that *wgnet.Net has every method of
+// wireguard-go's *netstack.Net, with the same parameters, and that each
+// result is the same type or one that serves the same interfaces.
+func TestSameMethodsAsNetstack(t *testing.T) {
+	theirs, ours := reflect.TypeOf((*netstack.Net)(nil)), reflect.TypeOf((*wgnet.Net)(nil))
+	require.NotZero(t, theirs.NumMethod())
+	for i := range theirs.NumMethod() {
+		m := theirs.Method(i)
+		o, ok := ours.MethodByName(m.Name)
+		require.True(t, ok, "*wgnet.Net lacks %s", m.Name)
+		require.Equal(t, m.Type.NumIn(), o.Type.NumIn(), m.Name)
+		for j := 1; j < m.Type.NumIn(); j++ {
+			want, got := m.Type.In(j), o.Type.In(j)
+			if want.String() == "*netstack.PingAddr" {
+				want = reflect.TypeOf((*wgnet.PingAddr)(nil))
+			}
+			require.Equal(t, want, got, "%s parameter %d", m.Name, j)
+		}
+		require.Equal(t, m.Type.NumOut(), o.Type.NumOut(), m.Name)
+		for j := range m.Type.NumOut() {
+			want, got := m.Type.Out(j), o.Type.Out(j)
+			for _, iface := range []reflect.Type{
+				reflect.TypeOf((*net.Conn)(nil)).Elem(),
+				reflect.TypeOf((*net.Listener)(nil)).Elem(),
+				reflect.TypeOf((*net.PacketConn)(nil)).Elem(),
+				reflect.TypeOf((*error)(nil)).Elem(),
+			} {
+				if want.Implements(iface) {
+					require.True(t, got.Implements(iface), "%s result %d: %v is not a %v", m.Name, j, got, iface)
+				}
+			}
+		}
+	}
 }
