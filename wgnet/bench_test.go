@@ -24,6 +24,18 @@ import (
 //	go test ./wgnet -run '^$' -bench . -benchtime 3x
 //
 // Each reports its metric for both and ustack's over netstack's.
+//
+// Measured on the shared 2-core development machine, -benchtime 5x, MTU
+// 1420, wgnet's defaults (llist, batch 128, GRO, TSO cut on Read):
+//
+//	TCP stream    2.04 Gbit/s vs 0.88 Gbit/s    2.32x
+//	tcp_rr        27.6k vs 26.9k trans/s        1.03x
+//	UDP 1200 B    202k vs 96k pkts/s            2.12x (100% vs 76% delivered)
+//
+// The UDP ratio owes most to the 7 MiB socket receive buffer
+// (DefaultSocketReceiveBuffer): with Linux's 208 KiB, as netstack has,
+// ustack delivered 43% (the rest counted in UDP.ReceiveBufferErrors) and
+// the ratio was 1.13x.
 
 // impls are the two netstacks compared, ustack first.
 var impls = [2]string{"ustack", "netstack"}
