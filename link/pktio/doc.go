@@ -13,6 +13,12 @@
 // super-packets (Options.VNetHeader) gets them whole behind a virtio-net
 // header, as from a TUN with IFF_VNET_HDR.
 //
+// Write delivers in the writer's goroutine when no other delivery is in
+// progress, as a qdisc bypasses an idle queue; otherwise it queues the
+// packets for the endpoint's receive goroutine, which busy-polling
+// readers (package poll) may also drive, and waits while that queue is
+// full.
+//
 // The queue towards the consumer is bounded. When it is full the endpoint
 // refuses the rest of a batch (counted in link.Stats.TXFull) and signals
 // the qdisc once the consumer has made room (sched.WritableNotifier), so
