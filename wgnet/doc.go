@@ -1,0 +1,12 @@
+// Package wgnet is a drop-in for wireguard-go's tun/netstack on ustack:
+// CreateNetTUN has the same signature and *Net the same methods, so a
+// program that embeds wireguard-go with a userspace network (wireproxy,
+// wiretap, onetun and the like) switches by changing an import.
+//
+// Underneath is a ustack stack on a link/pktio endpoint: the device's
+// Write coalesces TCP segments with GRO before the stack sees them, its
+// Read cuts the stack's TSO super-segments to the MTU, both move batches
+// of up to BatchSize packets per call (wireguard-go's tun/netstack moves
+// one), and a qdisc of package sched turns a device that is not read fast
+// enough into backpressure on the senders instead of drops.
+package wgnet

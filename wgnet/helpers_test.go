@@ -1,0 +1,133 @@
+package wgnet_test
+
+import (
+	"context"
+	"crypto/ecdh"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.zx2c4.com/wireguard/conn/bindtest"
+	"golang.zx2c4.com/wireguard/device"
+	"golang.zx2c4.com/wireguard/tun"
+	"golang.zx2c4.com/wireguard/tun/netstack"
+
+	"github.com/ustack-dev/ustack/wgnet"
+)
+
+// The tunnel's inner addresses: test ranges that never leave the
+// process (the devices are joined by in-memory binds).
+var (
+	addrA = netip.MustParseAddr("198.18.0.1")
+	addrB = netip.MustParseAddr("198.18.0.2")
+)
+
+// testMTU is wireguard-go's default MTU.
+const testMTU = 1420
+
+// side is one end of a tunnel: its tun.Device and how to dial and listen
+// through the network behind it, whichever netstack that is.
+type side struct {
+	tun    tun.Device
+	listen func(port int) (net.Listener, error)
+	dial   func(ctx context.Context, ap netip.AddrPort) (net.Conn, error)
+	udp    func(laddr, raddr netip.AddrPort) (net.Conn, error)
+}
+
+func ustackSide(tb testing.TB, addr netip.Addr, opts *wgnet.Options, dns ...netip.Addr) (side, *wgnet.Net) {
+	tb.Helper()
+	dev, tnet, err := wgnet.CreateNetTUNWithOptions([]netip.Addr{addr}, dns, testMTU, opts)
+	require.NoError(tb, err)
+	return side{
+		tun: dev,
+		listen: func(port int) (net.Listener, error) {
+			return tnet.ListenTCP(&net.TCPAddr{Port: port})
+		},
+		dial: func(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
+			return tnet.DialContextTCPAddrPort(ctx, ap)
+		},
+		udp: func(laddr, raddr netip.AddrPort) (net.Conn, error) {
+			return tnet.DialUDPAddrPort(laddr, raddr)
+		},
+	}, tnet
+}
+
+func netstackSide(tb testing.TB, addr netip.Addr) side {
+	tb.Helper()
+	dev, tnet, err := netstack.CreateNetTUN([]netip.Addr{addr}, nil, testMTU)
+	require.NoError(tb, err)
+	return side{
+		tun: dev,
+		listen: func(port int) (net.Listener, error) {
+			return tnet.ListenTCP(&net.TCPAddr{Port: port})
+		},
+		dial: func(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
+			return tnet.DialContextTCPAddrPort(ctx, ap)
+		},
+		udp: func(laddr, raddr netip.AddrPort) (net.Conn, error) {
+			return tnet.DialUDPAddrPort(laddr, raddr)
+		},
+	}
+}
+
+// key returns a fresh X25519 private key and its public key, hex-encoded
+// as wireguard-go's IPC wants them.
+func key(tb testing.TB) (priv, pub string) {
+	k, err := ecdh.X25519().GenerateKey(rand.Reader)
+	require.NoError(tb, err)
+	return hex.EncodeToString(k.Bytes()), hex.EncodeToString(k.PublicKey().Bytes())
+}
+
+// join runs a wireguard-go device over each side's TUN, peers of each
+// other over in-memory binds (conn/bindtest), with generated keys, and
+// closes both when the test ends (which closes the TUNs).
+func join(tb testing.TB, a, b side) {
+	tb.Helper()
+	binds := bindtest.NewChannelBinds()
+	privA, pubA := key(tb)
+	privB, pubB := key(tb)
+	// bindtest's bind i sends to endpoint port i+1 (its target).
+	cfgs := [2]string{
+		fmt.Sprintf("private_key=%s\nlisten_port=0\npublic_key=%s\nendpoint=127.0.0.1:1\nallowed_ip=%s/32\n", privA, pubB, addrB),
+		fmt.Sprintf("private_key=%s\nlisten_port=0\npublic_key=%s\nendpoint=127.0.0.1:2\nallowed_ip=%s/32\n", privB, pubA, addrA),
+	}
+	for i, s := range []side{a, b} {
+		dev := device.NewDevice(s.tun, binds[i], device.NewLogger(device.LogLevelError, fmt.Sprintf("wg%d: ", i)))
+		require.NoError(tb, dev.IpcSet(cfgs[i]))
+		require.NoError(tb, dev.Up())
+		tb.Cleanup(dev.Close)
+	}
+}
+
+// connect listens on b at port, dials it from a, and returns both conns,
+// closed when the test ends.
+func connect(tb testing.TB, a, b side, port int) (client, server net.Conn) {
+	tb.Helper()
+	ln, err := b.listen(port)
+	require.NoError(tb, err)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			c = nil
+		}
+		accepted <- c
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer cancel()
+	c, err := a.dial(ctx, netip.AddrPortFrom(addrB, uint16(port)))
+	if err != nil {
+		ln.Close()
+		<-accepted
+		require.NoError(tb, err)
+	}
+	s := <-accepted
+	require.NotNil(tb, s, "accept")
+	tb.Cleanup(func() { c.Close(); s.Close() })
+	return c, s
+}
