@@ -14,9 +14,14 @@
 //     tests), with recvmmsg/sendmmsg batches, PACKET_VNET_HDR offloads and
 //     PACKET_FANOUT queues.
 //   - link/tun: a TUN device with IFF_VNET_HDR offloads (checksum, TSO,
-//     USO) and IFF_MULTI_QUEUE queues.
+//     USO) and IFF_MULTI_QUEUE queues, opened by name or adopted from a
+//     descriptor (OpenFD).
+//   - link/pktio: packets that user code (a userspace VPN) writes in and
+//     reads out in batches, with GRO on the way in and GSO on the way out.
 //   - link/impair: a wrapper that injects seeded faults around any of them,
 //     the only fault injector, passing their optional interfaces through.
+//   - link/linkspec: opening any of them from a spec such as afpacket:IF,
+//     with faults, as the commands do.
 //   - link/linktest: test doubles (dispatchers, writers, endpoints) for the
 //     tests of every package that touches a link.
 //

@@ -22,6 +22,7 @@ var library = []string{
 	module + "/cache/...",
 	module + "/forward/...",
 	module + "/sandbox/...",
+	module + "/wgnet/...",
 	module + "/metrics/family",
 }
 

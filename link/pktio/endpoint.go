@@ -12,6 +12,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
 
 	"github.com/ustack-dev/ustack/link"
+	"github.com/ustack-dev/ustack/link/internal/linkutil"
 	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
 )
@@ -37,7 +38,7 @@ type Endpoint struct {
 	opts Options // immutable after New
 	mtu  atomic.Uint32
 
-	link.Lifecycle
+	linkutil.Lifecycle
 
 	stop   chan struct{}
 	done   chan struct{} // closed when rxLoop returns
@@ -55,7 +56,7 @@ type Endpoint struct {
 	// gate.Owner is held by whoever runs a receive round (Write inline,
 	// the receive goroutine or a busy-polling reader); it guards gro,
 	// batch and rxShut.
-	gate   link.PollGate
+	gate   linkutil.PollGate
 	gro    gro.GRO
 	batch  []*stack.PacketBuffer
 	rxShut bool // Close has taken the receive side back
