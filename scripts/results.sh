@@ -74,9 +74,9 @@ if [ -n "$dry" ]; then
 fi
 for n in "${names[@]}"; do
     # Replace the lines from the opening marker to the closing one.
-    awk -v open="<!-- results:$n -->" -v close="<!-- /results:$n -->" -v file="$tmp/$n" '
-        $0 == open { while ((getline l < file) > 0) print l; skip = 1; next }
-        $0 == close { skip = 0; next }
+    awk -v opening="<!-- results:$n -->" -v closing="<!-- /results:$n -->" -v file="$tmp/$n" '
+        $0 == opening { while ((getline l < file) > 0) print l; skip = 1; next }
+        $0 == closing { skip = 0; next }
         !skip' "$DOC" >"$tmp/doc"
     cp "$tmp/doc" "$DOC"
 done
