@@ -36,7 +36,7 @@ func Example() {
 	if err := cfg.Check(); err != nil {
 		log.Fatal(err)
 	}
-	sb, err := sandbox.New(cfg) // a new namespace, its TUN device and the relay
+	sb, err := sandbox.New(&cfg) // a new namespace, its TUN device and the relay
 	if err != nil {
 		log.Fatal(err)
 	}
