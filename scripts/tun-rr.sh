@@ -3,7 +3,7 @@
 # messages) from a network namespace to a server on the host's loopback,
 # through slirp4netns, pasta and `ustack tun`, in one run, alternating the
 # peers REPS times; prints the median of each peer's average latency and
-# its p50/p99 of the median run. The companion of ../shared/tools/peers.sh
+# its p50/p99 of the median run. The companion of scripts/peers.sh
 # (throughput) for the sandbox issue.
 #
 # Needs root, sockperf, slirp4netns and pasta (Debian packages), and a built
