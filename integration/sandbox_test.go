@@ -27,9 +27,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 	"go.uber.org/goleak"
-	"golang.org/x/net/dns/dnsmessage"
 	"golang.org/x/sys/unix"
 
+	"github.com/ustack-dev/ustack/internal/dnstest"
 	"github.com/ustack-dev/ustack/internal/netns"
 	"github.com/ustack-dev/ustack/sandbox"
 	"github.com/ustack-dev/ustack/serve"
@@ -39,12 +39,14 @@ import (
 // the sandbox-side programs of sandboxChild instead of running tests.
 const childEnv = "USTACK_TEST_SANDBOX_CHILD"
 
-// The DNS name the tests' resolver answers, and its answers.
+// The DNS name the tests' resolver answers, its answers, and the zone
+// of internal/dnstest that holds them.
 const dnsName = "ustack.test."
 
 var (
 	dnsA    = netip.MustParseAddr("198.18.7.7")
 	dnsAAAA = netip.MustParseAddr("fd00::7:7")
+	dnsZone = dnstest.Zone{dnsName: {dnsA, dnsAAAA}}
 )
 
 // sandboxChild runs the sandbox-side program named by childEnv, if set,
@@ -344,54 +346,10 @@ func startHostServices(tb testing.TB, ip netip.Addr) *hostServices {
 	dc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	require.NoError(tb, err)
 	hs.dns = dc.LocalAddr().(*net.UDPAddr).AddrPort()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := dc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			if ans, err := answerDNS(buf[:n]); err == nil {
-				dc.WriteTo(ans, from)
-			}
-		}
-	}()
-	closers = append(closers, func() { dc.Close() })
+	dns := dnstest.New(dnsZone)
+	dns.ServePacket(dc)
+	closers = append(closers, func() { dns.Close() })
 	return hs
-}
-
-// answerDNS answers a query for dnsName (A, AAAA); other names get
-// NXDOMAIN.
-func answerDNS(q []byte) ([]byte, error) {
-	var p dnsmessage.Parser
-	h, err := p.Start(q)
-	if err != nil {
-		return nil, err
-	}
-	qs, err := p.AllQuestions()
-	if err != nil || len(qs) != 1 {
-		return nil, errors.New("want one question")
-	}
-	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired})
-	b.EnableCompression()
-	if qs[0].Name.String() != dnsName {
-		b = dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, RCode: dnsmessage.RCodeNameError})
-	}
-	b.StartQuestions()
-	b.Question(qs[0])
-	b.StartAnswers()
-	if qs[0].Name.String() == dnsName {
-		rh := dnsmessage.ResourceHeader{Name: qs[0].Name, Class: dnsmessage.ClassINET, TTL: 60}
-		switch qs[0].Type {
-		case dnsmessage.TypeA:
-			b.AResource(rh, dnsmessage.AResource{A: dnsA.As4()})
-		case dnsmessage.TypeAAAA:
-			b.AAAAResource(rh, dnsmessage.AAAAResource{AAAA: dnsAAAA.As16()})
-		}
-	}
-	return b.Finish()
 }
 
 func patternSum(n int64) string {
