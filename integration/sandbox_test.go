@@ -426,48 +426,7 @@ func TestSandbox(t *testing.T) {
 		require.Greater(t, sb.Stats().DNSQueries, before)
 		require.Zero(t, sb.Stats().UDPDropped, "datagrams lost in the relay")
 	})
-	t.Run("port-forward", func(t *testing.T) {
-		cmd := childCmd(t, nil, "echo-server", "7000")
-		stdin, err := cmd.StdinPipe()
-		require.NoError(t, err)
-		stdout, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		cmd.Stderr = os.Stderr
-		done := make(chan error, 1)
-		go func() { done <- sb.Run(cmd, nil) }()
-		line, err := bufio.NewReader(stdout).ReadString('\n')
-		require.NoError(t, err)
-		require.Equal(t, "ready\n", line)
-		addrs := sb.ForwardAddrs()
-		// TCP: 1 MiB there and back through the forward.
-		c, err := net.Dial("tcp", addrs[0].String())
-		require.NoError(t, err)
-		msg := make([]byte, 1<<20)
-		io.ReadFull(serve.Pattern(int64(len(msg))), msg)
-		go func() { c.Write(msg); c.(*net.TCPConn).CloseWrite() }()
-		got, err := io.ReadAll(c)
-		c.Close()
-		require.NoError(t, err)
-		require.True(t, bytes.Equal(msg, got), "echo through the TCP forward")
-		// UDP.
-		u, err := net.Dial("udp", addrs[1].String())
-		require.NoError(t, err)
-		buf := make([]byte, 2048)
-		var n int
-		for try := 0; try < 5; try++ {
-			u.Write([]byte("ping over the forward"))
-			u.SetReadDeadline(time.Now().Add(2 * time.Second))
-			if n, err = u.Read(buf); err == nil {
-				break
-			}
-		}
-		u.Close()
-		require.NoError(t, err)
-		require.Equal(t, "ping over the forward", string(buf[:n]))
-		stdin.Close()
-		require.NoError(t, <-done)
-		require.GreaterOrEqual(t, sb.Stats().ForwardConns, uint64(2))
-	})
+	t.Run("port-forward", func(t *testing.T) { checkForwards(t, sb, "forward") })
 	t.Run("exit-status", func(t *testing.T) {
 		_, err := inSandbox(t, sb, "exit", "7")
 		var ee *exec.ExitError
@@ -838,6 +797,15 @@ func TestSandboxIPv6(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "ok\n", out)
 
+	checkForwards(t, sb, "IPv6 forward")
+}
+
+// checkForwards runs an echo server on port 7000 in sb and checks that
+// sb's first two forwards, TCP then UDP as ForwardAddrs lists them,
+// carry 1 MiB there and back and a datagram there and back. what names
+// the forwards in failures.
+func checkForwards(t *testing.T, sb *sandbox.Sandbox, what string) {
+	t.Helper()
 	cmd := childCmd(t, nil, "echo-server", "7000")
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
@@ -850,6 +818,7 @@ func TestSandboxIPv6(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "ready\n", line)
 	addrs := sb.ForwardAddrs()
+	// TCP: 1 MiB there and back through the forward.
 	c, err := net.Dial("tcp", addrs[0].String())
 	require.NoError(t, err)
 	msg := make([]byte, 1<<20)
@@ -858,21 +827,23 @@ func TestSandboxIPv6(t *testing.T) {
 	got, err := io.ReadAll(c)
 	c.Close()
 	require.NoError(t, err)
-	require.True(t, bytes.Equal(msg, got), "echo through the IPv6 TCP forward")
+	require.True(t, bytes.Equal(msg, got), "echo through the TCP %s", what)
+	// UDP: a datagram may be lost on the way, so try a few times.
 	u, err := net.Dial("udp", addrs[1].String())
 	require.NoError(t, err)
+	ping := "ping over the UDP " + what
 	buf := make([]byte, 2048)
-	var m int
+	var n int
 	for try := 0; try < 5; try++ {
-		u.Write([]byte("ping over the IPv6 forward"))
+		u.Write([]byte(ping))
 		u.SetReadDeadline(time.Now().Add(2 * time.Second))
-		if m, err = u.Read(buf); err == nil {
+		if n, err = u.Read(buf); err == nil {
 			break
 		}
 	}
 	u.Close()
 	require.NoError(t, err)
-	require.Equal(t, "ping over the IPv6 forward", string(buf[:m]))
+	require.Equal(t, ping, string(buf[:n]))
 	stdin.Close()
 	require.NoError(t, <-done)
 	require.GreaterOrEqual(t, sb.Stats().ForwardConns, uint64(2))
