@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,7 +24,6 @@ import (
 	"github.com/ustack-dev/ustack/internal/dnstest"
 	"github.com/ustack-dev/ustack/internal/microsocks"
 	"github.com/ustack-dev/ustack/sandbox"
-	"github.com/ustack-dev/ustack/serve"
 )
 
 // microsocksOut is the address microsocks binds its outgoing connections
@@ -74,15 +72,7 @@ func startBodyServer(t *testing.T) (netip.AddrPort, *peerLog) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	pl := &peerLog{Listener: ln}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n, err := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, "/bytes/"), 10, 64)
-		if err != nil {
-			http.NotFound(w, r)
-			return
-		}
-		w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
-		io.Copy(w, serve.Pattern(n))
-	})}
+	srv := &http.Server{Handler: patternBytes}
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(pl) }()
 	t.Cleanup(func() { srv.Close(); <-done })

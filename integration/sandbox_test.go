@@ -254,6 +254,19 @@ func inSandbox(tb testing.TB, sb *sandbox.Sandbox, mode string, args ...string) 
 	return out.String(), err
 }
 
+// patternBytes is the tests' host HTTP service: /bytes/N answers N bytes
+// of serve.Pattern, as ustack serve's /bytes/N does, so that patternSum
+// checks what arrived.
+var patternBytes = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	n, err := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, "/bytes/"), 10, 64)
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+	io.Copy(w, serve.Pattern(n))
+})
+
 // hostServices are the host-side peers of the sandbox tests, all on the
 // host's loopback (or a /32 the test adds to it).
 type hostServices struct {
@@ -283,15 +296,7 @@ func startHostServices(tb testing.TB, ip netip.Addr) *hostServices {
 	// HTTP: /bytes/N serves N pattern bytes.
 	hl := listen()
 	hs.http = hl.Addr().(*net.TCPAddr).AddrPort()
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n, err := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, "/bytes/"), 10, 64)
-		if err != nil {
-			http.NotFound(w, r)
-			return
-		}
-		w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
-		io.Copy(w, serve.Pattern(n))
-	})}
+	srv := &http.Server{Handler: patternBytes}
 	wg.Add(1)
 	go func() { defer wg.Done(); srv.Serve(hl) }()
 	closers = append(closers, func() { srv.Close() })
