@@ -178,12 +178,7 @@ func TestDialUDPName(t *testing.T) {
 	p, _ := dnsPair(t)
 	srv, err := p.B.ListenPacket("udp", ":7")
 	require.NoError(t, err)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		echoPackets(srv)
-	}()
-	defer func() { srv.Close(); <-done }()
+	echoPackets(t, srv)
 	c, err := p.A.Dial("udp4", webName+":7")
 	require.NoError(t, err)
 	defer c.Close()
