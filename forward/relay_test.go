@@ -168,14 +168,7 @@ func udpEcho(t *testing.T) *net.UDPConn {
 	t.Cleanup(func() { uc.Close(); <-done })
 	go func() {
 		defer close(done)
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := uc.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				return
-			}
-			uc.WriteToUDPAddrPort(buf[:n], from)
-		}
+		xfer.EchoPackets(uc)
 	}()
 	return uc
 }

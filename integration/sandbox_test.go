@@ -31,6 +31,7 @@ import (
 
 	"github.com/ustack-dev/ustack/internal/dnstest"
 	"github.com/ustack-dev/ustack/internal/netns"
+	"github.com/ustack-dev/ustack/internal/xfer"
 	"github.com/ustack-dev/ustack/sandbox"
 	"github.com/ustack-dev/ustack/serve"
 )
@@ -178,16 +179,7 @@ func childMain(mode string, args []string) (string, error) {
 				go func() { io.Copy(c, c); c.Close() }()
 			}
 		}()
-		go func() {
-			buf := make([]byte, 1<<16)
-			for {
-				n, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				pc.WriteTo(buf[:n], from)
-			}
-		}()
+		go xfer.EchoPackets(pc)
 		fmt.Println("ready")
 		io.Copy(io.Discard, os.Stdin)
 		return "", nil
@@ -337,14 +329,7 @@ func startHostServices(tb testing.TB, ip netip.Addr) *hostServices {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		buf := make([]byte, 1<<16)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			pc.WriteTo(buf[:n], from)
-		}
+		xfer.EchoPackets(pc)
 	}()
 	closers = append(closers, func() { pc.Close() })
 	// DNS: answers A and AAAA for dnsName.

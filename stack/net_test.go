@@ -20,6 +20,7 @@ import (
 	"golang.org/x/net/nettest"
 	"gvisor.dev/gvisor/pkg/tcpip"
 
+	"github.com/ustack-dev/ustack/internal/xfer"
 	"github.com/ustack-dev/ustack/stack"
 	"github.com/ustack-dev/ustack/stack/stacktest"
 )
@@ -61,16 +62,7 @@ func echoPackets(t *testing.T, pc net.PacketConn) {
 	t.Cleanup(func() { pc.Close(); <-done })
 	go func() {
 		defer close(done)
-		buf := make([]byte, 65536)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			if _, err := pc.WriteTo(buf[:n], from); err != nil {
-				return
-			}
-		}
+		xfer.EchoPackets(pc)
 	}()
 }
 
