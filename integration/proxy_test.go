@@ -95,21 +95,7 @@ func startConnectProxy(t *testing.T) *connectProxy {
 	p := &connectProxy{addr: ln.Addr().(*net.TCPAddr).AddrPort()}
 	var wg sync.WaitGroup
 	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				p.serve(c.(*net.TCPConn))
-			}()
-		}
-	}()
+	acceptLoop(&wg, ln, func(c net.Conn) { p.serve(c.(*net.TCPConn)) })
 	return p
 }
 

@@ -259,6 +259,27 @@ var patternBytes = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request)
 	io.Copy(w, serve.Pattern(n))
 })
 
+// acceptLoop serves every connection ln accepts with serve, each on a
+// goroutine of its own, until ln is closed; wg counts them all, the loop
+// too, for the caller to wait on after closing ln.
+func acceptLoop(wg *sync.WaitGroup, ln net.Listener, serve func(net.Conn)) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				serve(c)
+			}()
+		}
+	}()
+}
+
 // hostServices are the host-side peers of the sandbox tests, all on the
 // host's loopback (or a /32 the test adds to it).
 type hostServices struct {
@@ -296,32 +317,20 @@ func startHostServices(tb testing.TB, ip netip.Addr) *hostServices {
 	// pattern, then close.
 	bl := listen()
 	hs.both = bl.Addr().(*net.TCPAddr).AddrPort()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := bl.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				// The client's first 8 bytes are the pattern's; the
-				// size is known from what arrives: echo back sha-checked
-				// pattern of the same length.
-				h := sha256.New()
-				n, _ := io.Copy(h, c)
-				want := sha256.New()
-				io.Copy(want, serve.Pattern(n))
-				if !bytes.Equal(h.Sum(nil), want.Sum(nil)) {
-					return // the client sees a short answer and fails
-				}
-				io.Copy(c, serve.Pattern(n))
-			}()
+	acceptLoop(&wg, bl, func(c net.Conn) {
+		defer c.Close()
+		// The client's first 8 bytes are the pattern's; the size is
+		// known from what arrives: echo back sha-checked pattern of the
+		// same length.
+		h := sha256.New()
+		n, _ := io.Copy(h, c)
+		want := sha256.New()
+		io.Copy(want, serve.Pattern(n))
+		if !bytes.Equal(h.Sum(nil), want.Sum(nil)) {
+			return // the client sees a short answer and fails
 		}
-	}()
+		io.Copy(c, serve.Pattern(n))
+	})
 	// UDP echo.
 	pc, err := net.ListenPacket("udp", netip.AddrPortFrom(ip, 0).String())
 	require.NoError(tb, err)
