@@ -1,100 +1,43 @@
 package forward
 
 import (
-	"encoding/binary"
-	"io"
 	"net"
 	"net/netip"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/ustack-dev/ustack/internal/dnstest"
 	"github.com/ustack-dev/ustack/stack/stacktest"
 )
 
-// tcpResolver is a DNS server on loopback that listens on TCP only and
-// answers every question with txt TXT records of 200 bytes each, so the
-// tests choose the answer's size. It counts the queries it answered.
-type tcpResolver struct {
-	addr    netip.AddrPort
-	mu      sync.Mutex
-	queries int
-}
+// dnsTestName is the name the tests ask for.
+const dnsTestName = "ustack.test."
 
-func startTCPResolver(t *testing.T, txt int) *tcpResolver {
+// startTCPResolver runs a DNS server on loopback that listens on TCP
+// only and answers dnsTestName with records A records, so the tests
+// choose the answer's size, until the test ends.
+func startTCPResolver(t *testing.T, records int) (netip.AddrPort, *dnstest.Server) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	r := &tcpResolver{addr: ln.Addr().(*net.TCPAddr).AddrPort()}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				var l [2]byte
-				if _, err := io.ReadFull(c, l[:]); err != nil {
-					return
-				}
-				q := make([]byte, binary.BigEndian.Uint16(l[:]))
-				if _, err := io.ReadFull(c, q); err != nil {
-					return
-				}
-				var p dnsmessage.Parser
-				h, err := p.Start(q)
-				if err != nil {
-					return
-				}
-				question, err := p.Question()
-				if err != nil {
-					return
-				}
-				b := dnsmessage.NewBuilder(make([]byte, 2, 512), dnsmessage.Header{ID: h.ID, Response: true, RecursionDesired: h.RecursionDesired})
-				b.StartQuestions()
-				b.Question(question)
-				b.StartAnswers()
-				for range txt {
-					b.TXTResource(dnsmessage.ResourceHeader{Name: question.Name, Class: dnsmessage.ClassINET, TTL: 60},
-						dnsmessage.TXTResource{TXT: []string{strings.Repeat("x", 200)}})
-				}
-				msg, err := b.Finish()
-				if err != nil {
-					return
-				}
-				binary.BigEndian.PutUint16(msg, uint16(len(msg)-2))
-				r.mu.Lock()
-				r.queries++
-				r.mu.Unlock()
-				c.Write(msg)
-			}()
-		}
-	}()
-	return r
+	addrs := make([]netip.Addr, records)
+	for i := range addrs {
+		addrs[i] = netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i + 1)})
+	}
+	s := dnstest.New(dnstest.Zone{dnsTestName: addrs})
+	s.ServeStream(ln)
+	t.Cleanup(func() { s.Close() })
+	return ln.Addr().(*net.TCPAddr).AddrPort(), s
 }
 
-func (r *tcpResolver) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.queries
-}
-
-// dnsQueryMsg is a TXT query for name, with an EDNS0 OPT record offering
+// dnsQueryMsg is an A query for dnsTestName, with an EDNS0 OPT record offering
 // udpSize if it is not zero.
 func dnsQueryMsg(t *testing.T, id uint16, udpSize int) []byte {
 	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: id, RecursionDesired: true})
 	require.NoError(t, b.StartQuestions())
-	require.NoError(t, b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName("ustack.test."), Type: dnsmessage.TypeTXT, Class: dnsmessage.ClassINET}))
+	require.NoError(t, b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName(dnsTestName), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}))
 	if udpSize > 0 {
 		require.NoError(t, b.StartAdditionals())
 		var rh dnsmessage.ResourceHeader
@@ -114,18 +57,18 @@ func TestRelayDNSOverTCP(t *testing.T) {
 	relayAddr := netip.MustParseAddr("203.0.113.3")
 	for _, tc := range []struct {
 		name      string
-		txt       int // answer records of 200 bytes
+		records   int // A records in the answer, 16 bytes each
 		udpSize   int // EDNS0 payload size offered, 0 for none
 		truncated bool
 	}{
 		{"small", 1, 0, false},
-		{"over 512 bytes", 4, 0, true},
-		{"EDNS0 room", 4, 4096, false},
-		{"over EDNS0 room", 8, 1232, true},
+		{"over 512 bytes", 40, 0, true},
+		{"EDNS0 room", 40, 4096, false},
+		{"over EDNS0 room", 100, 1232, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := startTCPResolver(t, tc.txt)
-			pol := &Policy{DNS: []DNSRelay{{Addr: relayAddr, Upstream: res.addr}}}
+			upstream, res := startTCPResolver(t, tc.records)
+			pol := &Policy{DNS: []DNSRelay{{Addr: relayAddr, Upstream: upstream}}}
 			e := newEnv(t, Relay(&tcpOnly{}, pol), nil)
 			pc, err := e.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 0))
 			require.NoError(t, err)
@@ -150,9 +93,9 @@ func TestRelayDNSOverTCP(t *testing.T) {
 				require.LessOrEqual(t, n, max(dnsUDPMin, tc.udpSize))
 				require.Empty(t, answers)
 			} else {
-				require.Len(t, answers, tc.txt)
+				require.Len(t, answers, tc.records)
 			}
-			require.Equal(t, 1, res.count())
+			require.Equal(t, int64(1), res.TCPQueries())
 			require.Equal(t, uint64(1), e.fw.Stats().DNSQueries)
 
 			// The same flow's other datagrams are refused, as is UDP
@@ -171,8 +114,8 @@ func TestRelayDNSOverTCP(t *testing.T) {
 // but DNS queries still reach the upstream, over TCP.
 func TestRelayNoUDPDNS(t *testing.T) {
 	relayAddr := netip.MustParseAddr("203.0.113.3")
-	res := startTCPResolver(t, 1)
-	pol := &Policy{NoUDP: true, DNS: []DNSRelay{{Addr: relayAddr, Upstream: res.addr}}}
+	upstream, res := startTCPResolver(t, 1)
+	pol := &Policy{NoUDP: true, DNS: []DNSRelay{{Addr: relayAddr, Upstream: upstream}}}
 	e := newEnv(t, Relay(&net.Dialer{}, pol), nil)
 	pc, err := e.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 0))
 	require.NoError(t, err)
@@ -183,7 +126,7 @@ func TestRelayNoUDPDNS(t *testing.T) {
 	buf := make([]byte, 1<<16)
 	_, _, err = pc.ReadFrom(buf)
 	require.NoError(t, err)
-	require.Equal(t, 1, res.count())
+	require.Equal(t, int64(1), res.TCPQueries())
 
 	other, err := e.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 0))
 	require.NoError(t, err)

@@ -34,19 +34,7 @@ func TestRelayHostSockets(t *testing.T) {
 		c.(*net.TCPConn).CloseWrite()
 		served <- err
 	}()
-	uc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	require.NoError(t, err)
-	defer uc.Close()
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := uc.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				return
-			}
-			uc.WriteToUDPAddrPort(buf[:n], from)
-		}
-	}()
+	uc := udpEcho(t)
 
 	pol := &Policy{
 		HostLoopback:      []netip.Addr{gateway},
@@ -171,6 +159,20 @@ func TestRelayGenericDialer(t *testing.T) {
 		"UDP through a TCP-only dialer is refused and counted")
 }
 
+// udpEcho is a UDP echo server on the host's 127.0.0.1, sending every
+// datagram back to its sender until the test ends.
+func udpEcho(t *testing.T) *net.UDPConn {
+	uc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	done := make(chan struct{})
+	t.Cleanup(func() { uc.Close(); <-done })
+	go func() {
+		defer close(done)
+		xfer.EchoPackets(uc)
+	}()
+	return uc
+}
+
 // listenDialer is a dialer with ListenPacket (PacketListener) that is not
 // a *net.Dialer: Relay carries UDP through its packet conns.
 type listenDialer struct {
@@ -179,19 +181,7 @@ type listenDialer struct {
 }
 
 func TestRelayPacketListener(t *testing.T) {
-	uc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	require.NoError(t, err)
-	defer uc.Close()
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := uc.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				return
-			}
-			uc.WriteToUDPAddrPort(buf[:n], from)
-		}
-	}()
+	uc := udpEcho(t)
 	e := newEnv(t, Relay(&listenDialer{}, &Policy{HostLoopback: []netip.Addr{gateway}, AllowHostLoopback: true}), nil)
 	pc, err := e.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 0))
 	require.NoError(t, err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ustack-dev/ustack/internal/netns"
 	"github.com/ustack-dev/ustack/internal/testenv"
+	"github.com/ustack-dev/ustack/internal/xfer"
 	"github.com/ustack-dev/ustack/stack"
 )
 
@@ -101,16 +102,7 @@ func udpEchoFromUstack(tb testing.TB, k *netns.NS, s *stack.Stack, kaddr netip.A
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		buf := make([]byte, 65536)
-		for {
-			m, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			if _, err := pc.WriteTo(buf[:m], from); err != nil {
-				return
-			}
-		}
+		xfer.EchoPackets(pc)
 	}()
 	defer func() { pc.Close(); <-done }()
 

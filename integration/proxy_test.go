@@ -5,7 +5,6 @@ package integration
 import (
 	"bufio"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -15,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,8 +21,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ustack-dev/ustack/internal/dnstest"
+	"github.com/ustack-dev/ustack/internal/microsocks"
 	"github.com/ustack-dev/ustack/sandbox"
-	"github.com/ustack-dev/ustack/serve"
 )
 
 // microsocksOut is the address microsocks binds its outgoing connections
@@ -38,31 +37,7 @@ var microsocksOut = netip.MustParseAddr("127.0.0.2")
 // address.
 func startMicrosocks(t *testing.T, user, pass string) netip.AddrPort {
 	t.Helper()
-	needTool(t, "microsocks", "microsocks")
-	// A free port, released for microsocks to take: nothing else on
-	// loopback is expected to grab it in between.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().(*net.TCPAddr).AddrPort()
-	ln.Close()
-	args := []string{"-i", "127.0.0.1", "-p", strconv.Itoa(int(addr.Port())), "-b", microsocksOut.String()}
-	if user != "" {
-		args = append(args, "-u", user, "-P", pass)
-	}
-	cmd := exec.Command("microsocks", args...)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	require.Eventually(t, func() bool {
-		c, err := net.DialTimeout("tcp", addr.String(), time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	}, 10*time.Second, 10*time.Millisecond, "microsocks listens on %s", addr)
-	return addr
+	return microsocks.Start(t, &microsocks.Options{User: user, Pass: pass, Bind: microsocksOut})
 }
 
 // peerLog records the remote address of every connection a listener
@@ -97,15 +72,7 @@ func startBodyServer(t *testing.T) (netip.AddrPort, *peerLog) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	pl := &peerLog{Listener: ln}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n, err := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, "/bytes/"), 10, 64)
-		if err != nil {
-			http.NotFound(w, r)
-			return
-		}
-		w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
-		io.Copy(w, serve.Pattern(n))
-	})}
+	srv := &http.Server{Handler: patternBytes}
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(pl) }()
 	t.Cleanup(func() { srv.Close(); <-done })
@@ -128,21 +95,7 @@ func startConnectProxy(t *testing.T) *connectProxy {
 	p := &connectProxy{addr: ln.Addr().(*net.TCPAddr).AddrPort()}
 	var wg sync.WaitGroup
 	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				p.serve(c.(*net.TCPConn))
-			}()
-		}
-	}()
+	acceptLoop(&wg, ln, func(c net.Conn) { p.serve(c.(*net.TCPConn)) })
 	return p
 }
 
@@ -269,49 +222,16 @@ func TestTunProxyHTTPConnect(t *testing.T) {
 	require.Len(t, proxy.tunnels(), 1, "the proxy was not asked")
 }
 
-// startTCPResolver runs a DNS server on 127.0.0.1 that listens on TCP
-// only (answerDNS's answers, RFC 7766 framing) until the test ends,
-// recording the peers it accepts.
+// startTCPResolver runs a DNS server for dnsZone on 127.0.0.1 that
+// listens on TCP only until the test ends, recording the peers it
+// accepts.
 func startTCPResolver(t *testing.T) (netip.AddrPort, *peerLog) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	pl := &peerLog{Listener: ln}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := pl.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(30 * time.Second))
-				for {
-					var l [2]byte
-					if _, err := io.ReadFull(c, l[:]); err != nil {
-						return
-					}
-					q := make([]byte, binary.BigEndian.Uint16(l[:]))
-					if _, err := io.ReadFull(c, q); err != nil {
-						return
-					}
-					ans, err := answerDNS(q)
-					if err != nil {
-						return
-					}
-					msg := binary.BigEndian.AppendUint16(nil, uint16(len(ans)))
-					if _, err := c.Write(append(msg, ans...)); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
+	dns := dnstest.New(dnsZone)
+	dns.ServeStream(pl)
+	t.Cleanup(func() { dns.Close() })
 	return ln.Addr().(*net.TCPAddr).AddrPort(), pl
 }
 

@@ -27,10 +27,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 	"go.uber.org/goleak"
-	"golang.org/x/net/dns/dnsmessage"
 	"golang.org/x/sys/unix"
 
+	"github.com/ustack-dev/ustack/internal/dnstest"
 	"github.com/ustack-dev/ustack/internal/netns"
+	"github.com/ustack-dev/ustack/internal/xfer"
 	"github.com/ustack-dev/ustack/sandbox"
 	"github.com/ustack-dev/ustack/serve"
 )
@@ -39,12 +40,14 @@ import (
 // the sandbox-side programs of sandboxChild instead of running tests.
 const childEnv = "USTACK_TEST_SANDBOX_CHILD"
 
-// The DNS name the tests' resolver answers, and its answers.
+// The DNS name the tests' resolver answers, its answers, and the zone
+// of internal/dnstest that holds them.
 const dnsName = "ustack.test."
 
 var (
 	dnsA    = netip.MustParseAddr("198.18.7.7")
 	dnsAAAA = netip.MustParseAddr("fd00::7:7")
+	dnsZone = dnstest.Zone{dnsName: {dnsA, dnsAAAA}}
 )
 
 // sandboxChild runs the sandbox-side program named by childEnv, if set,
@@ -176,16 +179,7 @@ func childMain(mode string, args []string) (string, error) {
 				go func() { io.Copy(c, c); c.Close() }()
 			}
 		}()
-		go func() {
-			buf := make([]byte, 1<<16)
-			for {
-				n, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				pc.WriteTo(buf[:n], from)
-			}
-		}()
+		go xfer.EchoPackets(pc)
 		fmt.Println("ready")
 		io.Copy(io.Discard, os.Stdin)
 		return "", nil
@@ -252,6 +246,40 @@ func inSandbox(tb testing.TB, sb *sandbox.Sandbox, mode string, args ...string) 
 	return out.String(), err
 }
 
+// patternBytes is the tests' host HTTP service: /bytes/N answers N bytes
+// of serve.Pattern, as ustack serve's /bytes/N does, so that patternSum
+// checks what arrived.
+var patternBytes = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	n, err := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, "/bytes/"), 10, 64)
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+	io.Copy(w, serve.Pattern(n))
+})
+
+// acceptLoop serves every connection ln accepts with serve, each on a
+// goroutine of its own, until ln is closed; wg counts them all, the loop
+// too, for the caller to wait on after closing ln.
+func acceptLoop(wg *sync.WaitGroup, ln net.Listener, serve func(net.Conn)) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				serve(c)
+			}()
+		}
+	}()
+}
+
 // hostServices are the host-side peers of the sandbox tests, all on the
 // host's loopback (or a /32 the test adds to it).
 type hostServices struct {
@@ -281,15 +309,7 @@ func startHostServices(tb testing.TB, ip netip.Addr) *hostServices {
 	// HTTP: /bytes/N serves N pattern bytes.
 	hl := listen()
 	hs.http = hl.Addr().(*net.TCPAddr).AddrPort()
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n, err := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, "/bytes/"), 10, 64)
-		if err != nil {
-			http.NotFound(w, r)
-			return
-		}
-		w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
-		io.Copy(w, serve.Pattern(n))
-	})}
+	srv := &http.Server{Handler: patternBytes}
 	wg.Add(1)
 	go func() { defer wg.Done(); srv.Serve(hl) }()
 	closers = append(closers, func() { srv.Close() })
@@ -297,32 +317,20 @@ func startHostServices(tb testing.TB, ip netip.Addr) *hostServices {
 	// pattern, then close.
 	bl := listen()
 	hs.both = bl.Addr().(*net.TCPAddr).AddrPort()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := bl.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				// The client's first 8 bytes are the pattern's; the
-				// size is known from what arrives: echo back sha-checked
-				// pattern of the same length.
-				h := sha256.New()
-				n, _ := io.Copy(h, c)
-				want := sha256.New()
-				io.Copy(want, serve.Pattern(n))
-				if !bytes.Equal(h.Sum(nil), want.Sum(nil)) {
-					return // the client sees a short answer and fails
-				}
-				io.Copy(c, serve.Pattern(n))
-			}()
+	acceptLoop(&wg, bl, func(c net.Conn) {
+		defer c.Close()
+		// The client's first 8 bytes are the pattern's; the size is
+		// known from what arrives: echo back sha-checked pattern of the
+		// same length.
+		h := sha256.New()
+		n, _ := io.Copy(h, c)
+		want := sha256.New()
+		io.Copy(want, serve.Pattern(n))
+		if !bytes.Equal(h.Sum(nil), want.Sum(nil)) {
+			return // the client sees a short answer and fails
 		}
-	}()
+		io.Copy(c, serve.Pattern(n))
+	})
 	// UDP echo.
 	pc, err := net.ListenPacket("udp", netip.AddrPortFrom(ip, 0).String())
 	require.NoError(tb, err)
@@ -330,68 +338,17 @@ func startHostServices(tb testing.TB, ip netip.Addr) *hostServices {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		buf := make([]byte, 1<<16)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			pc.WriteTo(buf[:n], from)
-		}
+		xfer.EchoPackets(pc)
 	}()
 	closers = append(closers, func() { pc.Close() })
 	// DNS: answers A and AAAA for dnsName.
 	dc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	require.NoError(tb, err)
 	hs.dns = dc.LocalAddr().(*net.UDPAddr).AddrPort()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := dc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			if ans, err := answerDNS(buf[:n]); err == nil {
-				dc.WriteTo(ans, from)
-			}
-		}
-	}()
-	closers = append(closers, func() { dc.Close() })
+	dns := dnstest.New(dnsZone)
+	dns.ServePacket(dc)
+	closers = append(closers, func() { dns.Close() })
 	return hs
-}
-
-// answerDNS answers a query for dnsName (A, AAAA); other names get
-// NXDOMAIN.
-func answerDNS(q []byte) ([]byte, error) {
-	var p dnsmessage.Parser
-	h, err := p.Start(q)
-	if err != nil {
-		return nil, err
-	}
-	qs, err := p.AllQuestions()
-	if err != nil || len(qs) != 1 {
-		return nil, errors.New("want one question")
-	}
-	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RecursionDesired: h.RecursionDesired})
-	b.EnableCompression()
-	if qs[0].Name.String() != dnsName {
-		b = dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, RCode: dnsmessage.RCodeNameError})
-	}
-	b.StartQuestions()
-	b.Question(qs[0])
-	b.StartAnswers()
-	if qs[0].Name.String() == dnsName {
-		rh := dnsmessage.ResourceHeader{Name: qs[0].Name, Class: dnsmessage.ClassINET, TTL: 60}
-		switch qs[0].Type {
-		case dnsmessage.TypeA:
-			b.AResource(rh, dnsmessage.AResource{A: dnsA.As4()})
-		case dnsmessage.TypeAAAA:
-			b.AAAAResource(rh, dnsmessage.AAAAResource{AAAA: dnsAAAA.As16()})
-		}
-	}
-	return b.Finish()
 }
 
 func patternSum(n int64) string {
@@ -468,48 +425,7 @@ func TestSandbox(t *testing.T) {
 		require.Greater(t, sb.Stats().DNSQueries, before)
 		require.Zero(t, sb.Stats().UDPDropped, "datagrams lost in the relay")
 	})
-	t.Run("port-forward", func(t *testing.T) {
-		cmd := childCmd(t, nil, "echo-server", "7000")
-		stdin, err := cmd.StdinPipe()
-		require.NoError(t, err)
-		stdout, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		cmd.Stderr = os.Stderr
-		done := make(chan error, 1)
-		go func() { done <- sb.Run(cmd, nil) }()
-		line, err := bufio.NewReader(stdout).ReadString('\n')
-		require.NoError(t, err)
-		require.Equal(t, "ready\n", line)
-		addrs := sb.ForwardAddrs()
-		// TCP: 1 MiB there and back through the forward.
-		c, err := net.Dial("tcp", addrs[0].String())
-		require.NoError(t, err)
-		msg := make([]byte, 1<<20)
-		io.ReadFull(serve.Pattern(int64(len(msg))), msg)
-		go func() { c.Write(msg); c.(*net.TCPConn).CloseWrite() }()
-		got, err := io.ReadAll(c)
-		c.Close()
-		require.NoError(t, err)
-		require.True(t, bytes.Equal(msg, got), "echo through the TCP forward")
-		// UDP.
-		u, err := net.Dial("udp", addrs[1].String())
-		require.NoError(t, err)
-		buf := make([]byte, 2048)
-		var n int
-		for try := 0; try < 5; try++ {
-			u.Write([]byte("ping over the forward"))
-			u.SetReadDeadline(time.Now().Add(2 * time.Second))
-			if n, err = u.Read(buf); err == nil {
-				break
-			}
-		}
-		u.Close()
-		require.NoError(t, err)
-		require.Equal(t, "ping over the forward", string(buf[:n]))
-		stdin.Close()
-		require.NoError(t, <-done)
-		require.GreaterOrEqual(t, sb.Stats().ForwardConns, uint64(2))
-	})
+	t.Run("port-forward", func(t *testing.T) { checkForwards(t, sb, "forward") })
 	t.Run("exit-status", func(t *testing.T) {
 		_, err := inSandbox(t, sb, "exit", "7")
 		var ee *exec.ExitError
@@ -880,6 +796,15 @@ func TestSandboxIPv6(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "ok\n", out)
 
+	checkForwards(t, sb, "IPv6 forward")
+}
+
+// checkForwards runs an echo server on port 7000 in sb and checks that
+// sb's first two forwards, TCP then UDP as ForwardAddrs lists them,
+// carry 1 MiB there and back and a datagram there and back. what names
+// the forwards in failures.
+func checkForwards(t *testing.T, sb *sandbox.Sandbox, what string) {
+	t.Helper()
 	cmd := childCmd(t, nil, "echo-server", "7000")
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
@@ -892,6 +817,7 @@ func TestSandboxIPv6(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "ready\n", line)
 	addrs := sb.ForwardAddrs()
+	// TCP: 1 MiB there and back through the forward.
 	c, err := net.Dial("tcp", addrs[0].String())
 	require.NoError(t, err)
 	msg := make([]byte, 1<<20)
@@ -900,21 +826,23 @@ func TestSandboxIPv6(t *testing.T) {
 	got, err := io.ReadAll(c)
 	c.Close()
 	require.NoError(t, err)
-	require.True(t, bytes.Equal(msg, got), "echo through the IPv6 TCP forward")
+	require.True(t, bytes.Equal(msg, got), "echo through the TCP %s", what)
+	// UDP: a datagram may be lost on the way, so try a few times.
 	u, err := net.Dial("udp", addrs[1].String())
 	require.NoError(t, err)
+	ping := "ping over the UDP " + what
 	buf := make([]byte, 2048)
-	var m int
+	var n int
 	for try := 0; try < 5; try++ {
-		u.Write([]byte("ping over the IPv6 forward"))
+		u.Write([]byte(ping))
 		u.SetReadDeadline(time.Now().Add(2 * time.Second))
-		if m, err = u.Read(buf); err == nil {
+		if n, err = u.Read(buf); err == nil {
 			break
 		}
 	}
 	u.Close()
 	require.NoError(t, err)
-	require.Equal(t, "ping over the IPv6 forward", string(buf[:m]))
+	require.Equal(t, ping, string(buf[:n]))
 	stdin.Close()
 	require.NoError(t, <-done)
 	require.GreaterOrEqual(t, sb.Stats().ForwardConns, uint64(2))

@@ -97,6 +97,22 @@ func appReceive(tb testing.TB, sock int) int {
 	return fds[0]
 }
 
+// passTunFD plays both sides once: the helper creates a device with
+// flags in a new namespace K and sends its descriptor over a socket pair,
+// and the app receives it. The descriptor is the caller's; K and the
+// socket pair are closed when the test ends.
+func passTunFD(t *testing.T, flags uint16) (*netns.NS, int) {
+	t.Helper()
+	k, err := netns.New("ustack-tunfd")
+	require.NoError(t, err)
+	t.Cleanup(func() { k.Close() })
+	socks, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { unix.Close(socks[0]); unix.Close(socks[1]) })
+	helperSend(t, k, flags, socks[0])
+	return k, appReceive(t, socks[1])
+}
+
 // TestTunOpenFD adopts, over SCM_RIGHTS, TUN descriptors with and without
 // the virtio-net header (and one queue of a multi-queue device), checks
 // that OpenFD found what the helper set, and moves traffic through ustack
@@ -115,16 +131,7 @@ func TestTunOpenFD(t *testing.T) {
 		{"vnet-multiqueue", plain | unix.IFF_VNET_HDR | unix.IFF_MULTI_QUEUE},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k, err := netns.New("ustack-tunfd")
-			require.NoError(t, err)
-			defer k.Close()
-			socks, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-			require.NoError(t, err)
-			defer unix.Close(socks[0])
-			defer unix.Close(socks[1])
-
-			helperSend(t, k, tc.flags, socks[0])
-			fd := appReceive(t, socks[1])
+			k, fd := passTunFD(t, tc.flags)
 			ep, err := tun.OpenFD(fd, &tun.Options{MTU: tunFDMTU})
 			if err != nil {
 				unix.Close(fd) // still ours on error
@@ -193,17 +200,9 @@ func TestTunOpenFD(t *testing.T) {
 // way, is refused, and stays the app's: open, and still the device's.
 func TestTunOpenFDRefusesTAP(t *testing.T) {
 	tunRequirePrivilege(t)
-	k, err := netns.New("ustack-tunfd")
-	require.NoError(t, err)
-	defer k.Close()
-	socks, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	require.NoError(t, err)
-	defer unix.Close(socks[0])
-	defer unix.Close(socks[1])
-	helperSend(t, k, unix.IFF_TAP|unix.IFF_NO_PI, socks[0])
-	fd := appReceive(t, socks[1])
+	_, fd := passTunFD(t, unix.IFF_TAP|unix.IFF_NO_PI)
 	defer unix.Close(fd)
-	_, err = tun.OpenFD(fd, nil)
+	_, err := tun.OpenFD(fd, nil)
 	require.ErrorContains(t, err, fmt.Sprintf("tun fd %d: %s is a TAP device", fd, tunFDDev))
 	ifr, err := unix.NewIfreq("")
 	require.NoError(t, err)

@@ -2,26 +2,21 @@ package stack_test
 
 import (
 	"context"
-	"encoding/binary"
-	"io"
 	"net"
 	"net/netip"
 	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/ustack-dev/ustack/internal/dnstest"
 	"github.com/ustack-dev/ustack/stack"
 	"github.com/ustack-dev/ustack/stack/stacktest"
 )
 
-// The names testDNS knows. Every other name does not exist (NXDOMAIN).
+// The names serveDNS knows. Every other name does not exist (NXDOMAIN).
 const (
 	webName   = "web.ustack.test"   // A B4, AAAA B6
 	multiName = "multi.ustack.test" // A 198.18.0.2 then 198.18.0.3
@@ -29,7 +24,8 @@ const (
 )
 
 // bigAddrs is what bigName resolves to: more than fits the 512 bytes a
-// plain DNS datagram may carry, so the answer must come over TCP.
+// plain DNS datagram may carry (dnstest.MaxUDP), so the answer must
+// come over TCP.
 var bigAddrs = func() []netip.Addr {
 	var as []netip.Addr
 	for i := range 40 {
@@ -38,153 +34,30 @@ var bigAddrs = func() []netip.Addr {
 	return as
 }()
 
-// testDNS is an authoritative DNS server for *.ustack.test running on a
-// ustack host, over its ListenPacket and Listen, port 53 of each address
-// given.
-type testDNS struct {
-	udpQueries, tcpQueries atomic.Int64
-	wg                     sync.WaitGroup
-}
-
-// serveDNS starts a testDNS on st at addrs; it stops when the test ends.
-func serveDNS(t *testing.T, st *stack.Stack, addrs ...netip.Addr) *testDNS {
+// serveDNS serves the names above on st, over its ListenPacket and
+// Listen, port 53 of each address given, until the test ends.
+func serveDNS(t *testing.T, st *stack.Stack, addrs ...netip.Addr) *dnstest.Server {
 	t.Helper()
-	d := &testDNS{}
-	var closers []io.Closer
-	t.Cleanup(func() {
-		for _, c := range closers {
-			c.Close()
-		}
-		d.wg.Wait()
+	d := dnstest.New(dnstest.Zone{
+		webName:   {stacktest.B4, stacktest.B6},
+		multiName: {stacktest.B4, netip.MustParseAddr("198.18.0.3")},
+		bigName:   bigAddrs,
 	})
+	t.Cleanup(func() { d.Close() })
 	for _, a := range addrs {
 		hp := netip.AddrPortFrom(a, stack.DNSPort).String()
 		pc, err := st.ListenPacket("udp", hp)
 		require.NoError(t, err)
-		closers = append(closers, pc)
+		d.ServePacket(pc)
 		ln, err := st.Listen("tcp", hp)
 		require.NoError(t, err)
-		closers = append(closers, ln)
-		d.wg.Add(2)
-		go d.servePackets(pc)
-		go d.serveStreams(ln)
+		d.ServeStream(ln)
 	}
 	return d
 }
 
-func (d *testDNS) servePackets(pc net.PacketConn) {
-	defer d.wg.Done()
-	buf := make([]byte, 1500)
-	for {
-		n, from, err := pc.ReadFrom(buf)
-		if err != nil {
-			return
-		}
-		d.udpQueries.Add(1)
-		if reply := answerDNS(buf[:n], true); reply != nil {
-			pc.WriteTo(reply, from)
-		}
-	}
-}
-
-func (d *testDNS) serveStreams(ln net.Listener) {
-	defer d.wg.Done()
-	var conns sync.WaitGroup
-	defer conns.Wait()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		conns.Add(1)
-		go func() {
-			defer conns.Done()
-			defer c.Close()
-			// DNS over TCP: each message after its length in two bytes.
-			for {
-				var l [2]byte
-				if _, err := io.ReadFull(c, l[:]); err != nil {
-					return
-				}
-				q := make([]byte, binary.BigEndian.Uint16(l[:]))
-				if _, err := io.ReadFull(c, q); err != nil {
-					return
-				}
-				d.tcpQueries.Add(1)
-				reply := answerDNS(q, false)
-				if reply == nil {
-					return
-				}
-				if _, err := c.Write(binary.BigEndian.AppendUint16(nil, uint16(len(reply)))); err != nil {
-					return
-				}
-				if _, err := c.Write(reply); err != nil {
-					return
-				}
-			}
-		}()
-	}
-}
-
-// answerDNS answers one query, or returns nil for one it cannot parse.
-// Over UDP the answer for bigName is truncated (TC set, no records), as
-// a server does when the answer does not fit.
-func answerDNS(query []byte, overUDP bool) []byte {
-	var p dnsmessage.Parser
-	h, err := p.Start(query)
-	if err != nil {
-		return nil
-	}
-	q, err := p.Question()
-	if err != nil {
-		return nil
-	}
-	var a4, a6 []netip.Addr
-	rcode := dnsmessage.RCodeSuccess
-	truncated := false
-	switch strings.ToLower(strings.TrimSuffix(q.Name.String(), ".")) {
-	case webName:
-		a4, a6 = []netip.Addr{stacktest.B4}, []netip.Addr{stacktest.B6}
-	case multiName:
-		a4 = []netip.Addr{stacktest.B4, netip.MustParseAddr("198.18.0.3")}
-	case bigName:
-		a4, truncated = bigAddrs, overUDP
-	default:
-		rcode = dnsmessage.RCodeNameError
-	}
-	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{
-		ID: h.ID, Response: true, Authoritative: true, RCode: rcode,
-		RecursionDesired: h.RecursionDesired, Truncated: truncated,
-	})
-	b.EnableCompression()
-	must := func(err error) {
-		if err != nil {
-			panic(err) // the builder only fails on misuse, a bug in this test
-		}
-	}
-	must(b.StartQuestions())
-	must(b.Question(q))
-	must(b.StartAnswers())
-	rh := dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 60}
-	if !truncated {
-		switch q.Type {
-		case dnsmessage.TypeA:
-			for _, a := range a4 {
-				must(b.AResource(rh, dnsmessage.AResource{A: a.As4()}))
-			}
-		case dnsmessage.TypeAAAA:
-			for _, a := range a6 {
-				must(b.AAAAResource(rh, dnsmessage.AAAAResource{AAAA: a.As16()}))
-			}
-		}
-	}
-	msg, err := b.Finish()
-	must(err)
-	return msg
-}
-
-// dnsPair is a stacktest pair whose host A asks testDNS on host B.
-func dnsPair(t *testing.T, servers ...netip.Addr) (*stacktest.Pair, *testDNS) {
+// dnsPair is a stacktest pair whose host A asks serveDNS on host B.
+func dnsPair(t *testing.T, servers ...netip.Addr) (*stacktest.Pair, *dnstest.Server) {
 	t.Helper()
 	if len(servers) == 0 {
 		servers = []netip.Addr{stacktest.B4}
@@ -213,12 +86,12 @@ func TestResolver(t *testing.T) {
 	require.ErrorAs(t, err, &dnsErr)
 	require.True(t, dnsErr.IsNotFound, "NXDOMAIN is not found: %v", err)
 
-	require.Zero(t, d.tcpQueries.Load(), "answers that fit come over UDP")
+	require.Zero(t, d.TCPQueries(), "answers that fit come over UDP")
 	big, err := r.LookupNetIP(ctx, "ip4", bigName)
 	require.NoError(t, err)
 	require.ElementsMatch(t, bigAddrs, big)
-	require.NotZero(t, d.tcpQueries.Load(), "a truncated answer is asked again over TCP")
-	require.NotZero(t, d.udpQueries.Load())
+	require.NotZero(t, d.TCPQueries(), "a truncated answer is asked again over TCP")
+	require.NotZero(t, d.UDPQueries())
 }
 
 // TestResolverNextServer gives A an unreachable first server: the lookup
@@ -305,12 +178,7 @@ func TestDialUDPName(t *testing.T) {
 	p, _ := dnsPair(t)
 	srv, err := p.B.ListenPacket("udp", ":7")
 	require.NoError(t, err)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		echoPackets(srv)
-	}()
-	defer func() { srv.Close(); <-done }()
+	echoPackets(t, srv)
 	c, err := p.A.Dial("udp4", webName+":7")
 	require.NoError(t, err)
 	defer c.Close()

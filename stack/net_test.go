@@ -20,6 +20,7 @@ import (
 	"golang.org/x/net/nettest"
 	"gvisor.dev/gvisor/pkg/tcpip"
 
+	"github.com/ustack-dev/ustack/internal/xfer"
 	"github.com/ustack-dev/ustack/stack"
 	"github.com/ustack-dev/ustack/stack/stacktest"
 )
@@ -54,18 +55,15 @@ func echoOnce(t *testing.T, a, b net.Conn) {
 	}
 }
 
-// echoPackets echoes datagrams on pc until it is closed.
-func echoPackets(pc net.PacketConn) {
-	buf := make([]byte, 65536)
-	for {
-		n, from, err := pc.ReadFrom(buf)
-		if err != nil {
-			return
-		}
-		if _, err := pc.WriteTo(buf[:n], from); err != nil {
-			return
-		}
-	}
+// echoPackets echoes datagrams on pc until the test ends, when it closes
+// pc and waits for the echo to stop.
+func echoPackets(t *testing.T, pc net.PacketConn) {
+	done := make(chan struct{})
+	t.Cleanup(func() { pc.Close(); <-done })
+	go func() {
+		defer close(done)
+		xfer.EchoPackets(pc)
+	}()
 }
 
 // TestNetTestConnDialListen runs x/net's conformance suite on conns from
@@ -175,12 +173,7 @@ func TestListenPacketUDP(t *testing.T) {
 			p := stacktest.New(t, nil)
 			srv, err := p.B.ListenPacket(tc.network, tc.srv)
 			require.NoError(t, err)
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				echoPackets(srv)
-			}()
-			defer func() { srv.Close(); <-done }()
+			echoPackets(t, srv)
 			if tc.client == "" {
 				tc.client = ":0"
 			}

@@ -144,14 +144,7 @@ func TestBusyPollCloseInterrupts(t *testing.T) {
 	ln, err := p.B.ListenTCP(netip.AddrPortFrom(stacktest.B4, 7002))
 	require.NoError(t, err)
 	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			accepted <- c
-		}
-		close(accepted)
-	}()
+	accepted := acceptOne(ln)
 	tc, err := p.A.DialTCP(context.Background(), netip.AddrPortFrom(stacktest.B4, 7002))
 	require.NoError(t, err)
 	sc := <-accepted

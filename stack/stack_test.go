@@ -31,19 +31,7 @@ func TestUDPEcho(t *testing.T) {
 			p := stacktest.New(t, nil)
 			srv, err := p.B.ListenUDP(netip.AddrPortFrom(f.server, 7))
 			require.NoError(t, err)
-			defer srv.Close()
-			go func() {
-				buf := make([]byte, 65536)
-				for {
-					n, from, err := srv.ReadFrom(buf)
-					if err != nil {
-						return
-					}
-					if _, err := srv.WriteTo(buf[:n], from); err != nil {
-						return
-					}
-				}
-			}()
+			echoPackets(t, srv)
 			c, err := p.A.DialUDP(netip.AddrPort{}, netip.AddrPortFrom(f.server, 7))
 			require.NoError(t, err)
 			defer c.Close()
@@ -186,15 +174,7 @@ func netTestConn(t *testing.T, opts *stacktest.Options) {
 			return nil, nil, nil, err
 		}
 		defer ln.Close()
-		accepted := make(chan net.Conn, 1)
-		go func() {
-			c, err := ln.Accept()
-			if err != nil {
-				accepted <- nil
-				return
-			}
-			accepted <- c
-		}()
+		accepted := acceptOne(ln)
 		c1, err = p.A.DialTCP(context.Background(), netip.AddrPortFrom(stacktest.B4, 80))
 		if err != nil {
 			p.Close()

@@ -2,7 +2,6 @@ package stack_test
 
 import (
 	"context"
-	"net"
 	"net/netip"
 	"testing"
 
@@ -21,14 +20,7 @@ func transferBothWays(t *testing.T, p *stacktest.Pair, server netip.Addr, size i
 	ln, err := p.B.ListenTCP(netip.AddrPortFrom(server, 5001))
 	require.NoError(t, err)
 	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			c = nil
-		}
-		accepted <- c
-	}()
+	accepted := acceptOne(ln)
 	c, err := p.A.DialTCP(ctx, netip.AddrPortFrom(server, 5001))
 	require.NoError(t, err)
 	defer c.Close()

@@ -116,3 +116,21 @@ func Exchange(a, b net.Conn, size int64, timeout time.Duration) (time.Duration, 
 	}
 	return time.Since(start), errors.Join(errs...)
 }
+
+// EchoPackets sends every datagram pc receives back to its sender until
+// pc is closed or a read fails, and returns that error: the body of every
+// UDP echo server of the tests, which start it on a goroutine and stop it
+// by closing pc. A datagram it cannot send back is dropped, as a network
+// would, and the echo goes on.
+func EchoPackets(pc net.PacketConn) error {
+	buf := make([]byte, 1<<16) // the largest datagram
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return err
+		}
+		if _, err := pc.WriteTo(buf[:n], from); errors.Is(err, net.ErrClosed) {
+			return err
+		}
+	}
+}
