@@ -105,24 +105,11 @@ func newAfpNet(tb testing.TB, opts *afpacket.Options, qdisc string) *afpNet {
 	return n
 }
 
-// waitReachable pings the kernel over both IP versions until it answers:
-// neighbour resolution has worked both ways, and IPv6 addresses are usable.
+// waitReachable waits until the kernel answers pings over both IP
+// versions (see reachable).
 func (n *afpNet) waitReachable(tb testing.TB) {
 	tb.Helper()
-	for _, dst := range []netip.Addr{afpKernel4.Addr(), afpKernel6.Addr()} {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-			_, err := n.s.Ping(ctx, dst, []byte("afpacket"))
-			cancel()
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				tb.Fatalf("ping %v from ustack: %v", dst, err)
-			}
-		}
-	}
+	reachable(tb, n.s, "afpacket", afpKernel4.Addr(), afpKernel6.Addr())
 }
 
 // kernelListen listens on TCP in K.

@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -130,5 +131,28 @@ func udpEchoFromUstack(tb testing.TB, k *netns.NS, s *stack.Stack, kaddr netip.A
 			got = buf[:m]
 		}
 		require.Equal(tb, msg, got, "echo of %d bytes", size)
+	}
+}
+
+// reachable pings each of dsts from s until it answers, for up to 10 s
+// each: neighbour resolution has worked both ways, and new IPv6
+// addresses are usable (an address is tentative, and drops what is sent
+// to it, until duplicate address detection ends). One ping alone would
+// fail the test whenever the first echo met a tentative address.
+func reachable(tb testing.TB, s *stack.Stack, payload string, dsts ...netip.Addr) {
+	tb.Helper()
+	for _, dst := range dsts {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			_, err := s.Ping(ctx, dst, []byte(payload))
+			cancel()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("ping %v from ustack: %v", dst, err)
+			}
+		}
 	}
 }

@@ -3,12 +3,10 @@
 package integration
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/netip"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
@@ -165,12 +163,7 @@ func TestTunOpenFD(t *testing.T) {
 			require.NoError(t, s.AddAddress(nic, tunFDUstack4))
 			require.NoError(t, s.AddAddress(nic, tunFDUstack6))
 
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			for _, dst := range []netip.Addr{tunFDKernel4.Addr(), tunFDKernel6.Addr()} {
-				_, err := s.Ping(ctx, dst, []byte("adopted"))
-				require.NoError(t, err, "ping %v", dst)
-			}
+			reachable(t, s, "adopted", tunFDKernel4.Addr(), tunFDKernel6.Addr())
 			udpEchoFromUstack(t, k, s, tunFDKernel4.Addr())
 			udpEchoFromUstack(t, k, s, tunFDKernel6.Addr())
 			if vnetHdr {
