@@ -50,8 +50,9 @@ type Sandbox struct {
 }
 
 // New builds the sandbox's network: it creates (or attaches to) the
-// namespace, creates the TUN device in it and starts relaying. It needs
-// root (CAP_NET_ADMIN, and CAP_SYS_ADMIN to create a namespace).
+// namespace, creates the TUN device in it and starts relaying. As root it
+// does so itself; otherwise it goes through a user namespace and a helper
+// process (see the package doc).
 func New(cfg Config) (*Sandbox, error) {
 	cfg, err := cfg.normalize()
 	if err != nil {
@@ -68,11 +69,17 @@ func New(cfg Config) (*Sandbox, error) {
 			s.Close()
 		}
 	}()
-	if s.ns, err = openNamespace(cfg.NetNS); err != nil {
-		return nil, err
-	}
-	if s.ep, err = s.ns.openDevice(&cfg); err != nil {
-		return nil, err
+	if rootless() {
+		if s.ns, s.ep, err = startHelper(&cfg); err != nil {
+			return nil, err
+		}
+	} else {
+		if s.ns, err = openNamespace(cfg.NetNS); err != nil {
+			return nil, err
+		}
+		if s.ep, err = s.ns.openDevice(&cfg); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.buildStack(); err != nil {
 		return nil, err

@@ -38,6 +38,8 @@ func tunMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var (
 		nsPath     = fs.String("netns", "", "serve an existing network namespace (e.g. /var/run/netns/NAME) instead of creating one")
 		pid        = fs.Int("pid", 0, "serve the network namespace of this process, as slirp4netns does")
+		userns     = fs.String("userns", "", "without root, with -netns or -pid: the user namespace to join (default: the one owning the network namespace)")
+		usernsMap  = fs.String("userns-map", "", "without root: how the new user namespace maps ids: self (your uid and gid are root inside) or auto (also your /etc/subuid ranges, via newuidmap; the default where available)")
 		device     = fs.String("device", sandbox.DefaultDevice, "name of the TUN device inside the namespace")
 		addr4      = fs.String("addr", sandbox.DefaultAddr4.String(), "the sandbox's IPv4 address")
 		gw4        = fs.String("gw", sandbox.DefaultGateway4.String(), "the gateway: ustack's address, and the host's loopback with -allow-host-loopback")
@@ -188,6 +190,7 @@ Flags:
 	}
 	d.NetNS, d.Device, d.NoIPv6, d.MTU, d.NoOffload, d.Queues, d.Qdisc = *nsPath, *device, *noIPv6, uint32(*mtu), !*offload, *queues, *qdisc
 	d.ResolvConf, d.AllowHostLoopback = *resolv, *hostLoop
+	d.UserNS, d.UsernsMap = *userns, *usernsMap
 	d.MaxFlows, d.MaxTCP, d.MaxUDP, d.MaxHalfOpen, d.TCPBuffer = *maxFlows, *maxTCP, *maxUDP, *maxHalf, *tcpBuf
 	d.UDPIdleTimeout, d.ConnectTimeout = *udpIdle, *connTO
 	if err := d.Check(); err != nil {
