@@ -100,6 +100,8 @@ func startHelper(cfg *Config) (*namespace, *tun.Endpoint, error) {
 		return nil, nil, fmt.Errorf("sandbox: socket to the namespace helper: %w", os.NewSyscallError("socketpair", err))
 	}
 	mine, theirs := os.NewFile(uintptr(fds[0]), "ustack-helper"), os.NewFile(uintptr(fds[1]), "ustack-helper")
+	// Closed once the helper has its copy (or failed to start), so that
+	// the helper's end closing reads as EOF here.
 	defer theirs.Close()
 	h := &helper{sock: mine, done: make(chan struct{})}
 	var extra []*os.File
@@ -155,6 +157,10 @@ func startHelper(cfg *Config) (*namespace, *tun.Endpoint, error) {
 			return nil, nil, fmt.Errorf("sandbox: create user, network and mount namespaces: %w: unprivileged user namespaces may be off (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0, or the AppArmor restriction kernel.apparmor_restrict_unprivileged_userns=0), or run as root", err)
 		}
 		return nil, nil, fmt.Errorf("sandbox: start the namespace helper: %w", err)
+	}
+	theirs.Close()
+	for _, f := range extra {
+		f.Close()
 	}
 	go func() {
 		h.err = h.cmd.Wait()
@@ -235,7 +241,10 @@ func joinArgs(path, userns string) ([]string, []*os.File, error) {
 		userf.Close()
 		return []string{"--net=/proc/self/fd/4"}, []*os.File{netf}, nil
 	}
-	return []string{"--user=/proc/self/fd/5", "--net=/proc/self/fd/4"}, []*os.File{netf, userf}, nil
+	// Credentials kept: nsenter would otherwise setgroups, which a user
+	// namespace made by `unshare -r` denies; our uid is then whatever the
+	// namespace maps it to, root for `unshare -r` and for ours.
+	return []string{"--preserve-credentials", "--user=/proc/self/fd/5", "--net=/proc/self/fd/4"}, []*os.File{netf, userf}, nil
 }
 
 // usernsMap picks the mapping for a new user namespace: the one asked
