@@ -1,0 +1,239 @@
+//go:build linux
+
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ustack-dev/ustack/sandbox"
+)
+
+// rootlessUser is the unprivileged user the rootless tests run ustack as.
+const rootlessUser = "ustack-test"
+
+// rootless is what the rootless tests share: the user, and copies of the
+// ustack binary and of this test binary that the user may execute.
+type rootless struct {
+	cred      *syscall.Credential
+	uid       int
+	dir       string
+	bin, test string
+}
+
+// setupRootless creates the unprivileged user if missing, makes
+// /dev/net/tun usable by everyone as distributions ship it (restored
+// afterwards), and copies the binaries where the user can run them.
+func setupRootless(t *testing.T) *rootless {
+	needPrivilege(t, "the rootless tests set up a user and /dev/net/tun as root", nsProbe())
+	u, err := user.Lookup(rootlessUser)
+	if err != nil {
+		out, err := exec.Command("useradd", "-M", "-s", "/bin/sh", rootlessUser).CombinedOutput()
+		require.NoError(t, err, "useradd %s: %s", rootlessUser, out)
+		u, err = user.Lookup(rootlessUser)
+		require.NoError(t, err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	st, err := os.Stat("/dev/net/tun")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod("/dev/net/tun", 0o666))
+	t.Cleanup(func() { os.Chmod("/dev/net/tun", st.Mode().Perm()) })
+
+	dir, err := os.MkdirTemp("", "ustack-rootless-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	r := &rootless{cred: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, uid: uid, dir: dir}
+	r.bin = filepath.Join(dir, "ustack")
+	r.test = filepath.Join(dir, "integration.test")
+	self, err := os.Executable()
+	require.NoError(t, err)
+	copyExec(t, buildUstack(t), r.bin)
+	copyExec(t, self, r.test)
+	t.Cleanup(func() { r.requireNothingLeft(t) })
+	return r
+}
+
+func copyExec(t *testing.T, from, to string) {
+	b, err := os.ReadFile(from)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(to, b, 0o755))
+}
+
+// cmd is argv run as the unprivileged user, in its directory.
+func (r *rootless) cmd(argv ...string) *exec.Cmd {
+	c := exec.Command(argv[0], argv[1:]...)
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: r.cred}
+	c.Dir = r.dir
+	c.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + r.dir}
+	c.Stderr = os.Stderr
+	return c
+}
+
+// tun is `ustack tun FLAGS -- the test binary as mode ARGS`, as the user.
+func (r *rootless) tun(flags []string, mode string, args ...string) *exec.Cmd {
+	argv := append(append([]string{r.bin, "tun"}, flags...), "--", r.test)
+	c := r.cmd(append(argv, args...)...)
+	c.Env = append(c.Env, childEnv+"="+mode)
+	return c
+}
+
+// requireNothingLeft checks that no process of the user is left, which
+// also means no namespace and no TUN device: they lived in the user's
+// processes only.
+func (r *rootless) requireNothingLeft(t *testing.T) {
+	var left []string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		left = left[:0]
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			var st syscall.Stat_t
+			if syscall.Stat("/proc/"+e.Name(), &st) == nil && int(st.Uid) == r.uid {
+				cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+				left = append(left, fmt.Sprintf("%d %s", pid, bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	require.Empty(t, left, "processes of %s left behind", rootlessUser)
+}
+
+// TestRootless runs `ustack tun` as an unprivileged user, with
+// /dev/net/tun mode 0666, and checks every service of the sandbox.
+func TestRootless(t *testing.T) {
+	r := setupRootless(t)
+	hs := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
+	gw := func(p netip.AddrPort) string { return netip.AddrPortFrom(sandbox.DefaultGateway4, p.Port()).String() }
+	flags := []string{"-allow-host-loopback", "-dns-upstream", hs.dns.String()}
+
+	t.Run("exit status", func(t *testing.T) {
+		err := r.cmd(r.bin, "tun", "--", "sh", "-c", "exit 7").Run()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee)
+		require.Equal(t, 7, ee.ExitCode())
+	})
+	t.Run("root inside", func(t *testing.T) {
+		out, err := r.cmd(r.bin, "tun", "-userns-map", "self", "--", "sh", "-c", "id -u; cat /etc/resolv.conf; ip -o route show default").Output()
+		require.NoError(t, err)
+		s := string(out)
+		require.True(t, strings.HasPrefix(s, "0\n"), "uid inside: %q", s)
+		require.Contains(t, s, "nameserver "+sandbox.DefaultDNS4.String())
+		require.Contains(t, s, "via "+sandbox.DefaultGateway4.String())
+	})
+	t.Run("http", func(t *testing.T) {
+		n := sized(64 << 20)
+		out, err := r.tun(flags, "fetch", fmt.Sprintf("http://%s/bytes/%d", gw(hs.http), n)).Output()
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("%s %d\n", patternSum(n), n), string(out))
+	})
+	t.Run("tcp both ways", func(t *testing.T) {
+		n := sized(16 << 20)
+		out, err := r.tun(flags, "both", gw(hs.both), strconv.FormatInt(n, 10)).Output()
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("%s %d\n", patternSum(n), n), string(out))
+	})
+	t.Run("udp echo", func(t *testing.T) {
+		out, err := r.tun(flags, "udpecho", gw(hs.udp)).Output()
+		require.NoError(t, err)
+		require.Equal(t, "ok\n", string(out))
+	})
+	t.Run("dns", func(t *testing.T) {
+		out, err := r.tun(flags, "dns", strings.TrimSuffix(dnsName, ".")).Output()
+		require.NoError(t, err)
+		require.Contains(t, string(out), dnsA.String())
+	})
+	t.Run("ping gateway", func(t *testing.T) {
+		needTool(t, "ping", "iputils-ping")
+		c := r.cmd(r.bin, "tun", "--", "ping", "-c", "2", "-W", "5", sandbox.DefaultGateway4.String())
+		c.Stderr = nil
+		out, err := c.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Contains(t, string(out), "2 received")
+	})
+	t.Run("port forward", func(t *testing.T) {
+		port := freePort(t)
+		c := r.tun([]string{"-p", fmt.Sprintf("127.0.0.1:%d:7000", port)}, "echo-server", "7000")
+		stdin, err := c.StdinPipe()
+		require.NoError(t, err)
+		stdout, err := c.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, c.Start())
+		defer func() {
+			stdin.Close()
+			c.Wait()
+		}()
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, "ready\n", line)
+		requireEcho(t, fmt.Sprintf("127.0.0.1:%d", port))
+	})
+	t.Run("attach to pid", func(t *testing.T) {
+		needTool(t, "unshare", "util-linux")
+		needTool(t, "nsenter", "util-linux")
+		holder := r.cmd("unshare", "-rn", "sleep", "600")
+		require.NoError(t, holder.Start())
+		defer func() {
+			holder.Process.Kill()
+			holder.Wait()
+		}()
+		// unshare executes sleep in the same process once the namespaces
+		// exist: wait for that.
+		pid := holder.Process.Pid
+		require.Eventually(t, func() bool {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			return string(b) == "sleep\n"
+		}, 10*time.Second, 20*time.Millisecond)
+		n := sized(8 << 20)
+		out, err := r.tun(append([]string{"-pid", strconv.Itoa(pid)}, flags...), "fetch", fmt.Sprintf("http://%s/bytes/%d", gw(hs.http), n)).Output()
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("%s %d\n", patternSum(n), n), string(out))
+		// The device went with ustack: the namespace is the holder's again.
+		out, err = exec.Command("nsenter", "-t", strconv.Itoa(pid), "-n", "ip", "-o", "link").Output()
+		require.NoError(t, err)
+		require.NotContains(t, string(out), sandbox.DefaultDevice)
+	})
+}
+
+// freePort is a TCP port on 127.0.0.1 free a moment ago.
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// requireEcho sends through a TCP echo at addr and checks the answer.
+func requireEcho(t *testing.T, addr string) {
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	require.NoError(t, err)
+	defer c.Close()
+	msg := bytes.Repeat([]byte("rootless "), 10000)
+	go c.Write(msg)
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	got := make([]byte, len(msg))
+	_, err = io.ReadFull(c, got)
+	require.NoError(t, err)
+	require.Equal(t, msg, got)
+}
