@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
 
 	"github.com/ustack-dev/ustack/sandbox"
 )
@@ -171,6 +172,46 @@ func TestRootless(t *testing.T) {
 		out, err := c.CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		require.Contains(t, string(out), "2 received")
+	})
+	t.Run("ping relayed", func(t *testing.T) {
+		needTool(t, "ping", "iputils-ping")
+		// A host address in the benchmarking range on the host's loopback,
+		// reached through the relay's ICMP datagram socket: the user has
+		// no CAP_NET_RAW.
+		lo, err := netlink.LinkByName("lo")
+		require.NoError(t, err)
+		a, err := netlink.ParseAddr("198.18.99.77/32")
+		require.NoError(t, err)
+		require.NoError(t, netlink.AddrAdd(lo, a))
+		defer netlink.AddrDel(lo, a)
+		const rangeFile = "/proc/sys/net/ipv4/ping_group_range"
+		old, err := os.ReadFile(rangeFile)
+		require.NoError(t, err)
+		defer os.WriteFile(rangeFile, old, 0o644)
+		ping := func(groups string) (string, error) {
+			require.NoError(t, os.WriteFile(rangeFile, []byte(groups), 0o644))
+			c := r.cmd(r.bin, "tun", "-stats", "--", "ping", "-c", "2", "-W", "3", "198.18.99.77")
+			c.Stderr = nil
+			out, err := c.CombinedOutput()
+			return string(out), err
+		}
+		out, err := ping(fmt.Sprintf("%d %d", r.cred.Gid, r.cred.Gid))
+		require.NoError(t, err, "%s", out)
+		require.Contains(t, out, "2 received")
+		require.Contains(t, out, "pings up 2 down 2")
+		// Neither a raw nor a datagram socket: refused, counted, and said
+		// once at start.
+		out, err = ping("1 0")
+		require.Error(t, err, "%s", out)
+		require.Equal(t, 1, strings.Count(out, "pings to relayed destinations are refused"), "%s", out)
+		require.Contains(t, out, "refused: host_error 2")
+	})
+	t.Run("privileged port refused", func(t *testing.T) {
+		c := r.cmd(r.bin, "tun", "-p", "80:80", "--", "true")
+		c.Stderr = nil
+		out, err := c.CombinedOutput()
+		require.Error(t, err)
+		require.Contains(t, string(out), "CAP_NET_BIND_SERVICE")
 	})
 	t.Run("port forward", func(t *testing.T) {
 		port := freePort(t)

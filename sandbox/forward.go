@@ -6,11 +6,35 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/ustack-dev/ustack/forward"
 )
+
+// checkForwardPrivilege refuses, before anything is created, a forward
+// from a host port this process may not bind: below the sysctl
+// net.ipv4.ip_unprivileged_port_start (1024 by default) without root.
+func checkForwardPrivilege(fwds []Forward) error {
+	if os.Geteuid() == 0 {
+		return nil
+	}
+	start := 1024
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_unprivileged_port_start"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			start = n
+		}
+	}
+	for _, f := range fwds {
+		if p := int(f.Host.Port()); p != 0 && p < start {
+			return fmt.Errorf("sandbox: port forward %v: binding host port %d needs CAP_NET_BIND_SERVICE (ports below %d, sysctl net.ipv4.ip_unprivileged_port_start): use a host port from %d up, run as root, or lower the sysctl", f, p, start, start)
+		}
+	}
+	return nil
+}
 
 // startForward listens on the host for f and carries what arrives into
 // the sandbox.

@@ -36,6 +36,8 @@ type Sandbox struct {
 	nic tcpip.NICID
 	fw  *forward.Forwarder // the relay
 	c   counters
+	// warnings say what the sandbox cannot do here (Warnings).
+	warnings []string
 
 	ctx    context.Context // cancelled by Close: ends port-forward connects
 	cancel context.CancelFunc
@@ -58,7 +60,15 @@ func New(cfg Config) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkForwardPrivilege(cfg.Forwards); err != nil {
+		return nil, err
+	}
 	s := &Sandbox{cfg: cfg}
+	if c, _, err := forward.ListenEcho(false); err != nil {
+		s.warnings = append(s.warnings, fmt.Sprintf("sandbox: pings to relayed destinations are refused (counted as host errors): %v", err))
+	} else {
+		c.Close()
+	}
 	if !cfg.NoDNS {
 		s.dns = upstreams(cfg.DNSUpstream)
 	}
@@ -141,6 +151,10 @@ func (s *Sandbox) buildStack() error {
 	}
 	return nil
 }
+
+// Warnings says what the sandbox cannot do with this process's
+// privileges (such as relaying pings), one sentence each, for the user.
+func (s *Sandbox) Warnings() []string { return append([]string(nil), s.warnings...) }
 
 // Stack returns the ustack stack serving the sandbox (for stats and
 // metrics); the Sandbox owns it.

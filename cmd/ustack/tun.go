@@ -215,6 +215,9 @@ Flags:
 		fmt.Fprintf(stderr, "ustack tun: %v\n", err)
 		return 1
 	}
+	for _, w := range sb.Warnings() {
+		fmt.Fprintf(stderr, "ustack tun: %s\n", w)
+	}
 	status := 0
 	defer func() {
 		if err := sb.Close(); err != nil {
