@@ -5,6 +5,7 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -255,6 +256,117 @@ func TestRootless(t *testing.T) {
 		require.NoError(t, err)
 		require.NotContains(t, string(out), sandbox.DefaultDevice)
 	})
+}
+
+// TestRootlessSupervisor drives `ustack tun` without root the way
+// rootlesskit drives slirp4netns: -ready-fd, the API socket's
+// add/list/remove_hostfwd while traffic flows, and -exit-fd.
+func TestRootlessSupervisor(t *testing.T) {
+	r := setupRootless(t)
+	sockDir := filepath.Join(r.dir, "api")
+	require.NoError(t, os.Mkdir(sockDir, 0o700))
+	require.NoError(t, os.Chown(sockDir, int(r.cred.Uid), int(r.cred.Gid)))
+	sock := filepath.Join(sockDir, "api.sock")
+
+	readyR, readyW, err := os.Pipe()
+	require.NoError(t, err)
+	defer readyR.Close()
+	exitR, exitW, err := os.Pipe()
+	require.NoError(t, err)
+	defer exitW.Close()
+	c := r.tun([]string{"-ready-fd", "3", "-exit-fd", "4", "-api-socket", sock}, "echo-server", "7000")
+	c.ExtraFiles = []*os.File{readyW, exitR}
+	stdin, err := c.StdinPipe()
+	require.NoError(t, err)
+	defer stdin.Close()
+	require.NoError(t, c.Start())
+	readyW.Close()
+	exitR.Close()
+	waited := make(chan struct{})
+	go func() { c.Wait(); close(waited) }()
+	defer func() {
+		select {
+		case <-waited:
+		default:
+			c.Process.Kill()
+			<-waited
+		}
+	}()
+
+	ready, err := io.ReadAll(readyR)
+	require.NoError(t, err)
+	require.Equal(t, "1", string(ready), "-ready-fd writes 1 and closes")
+
+	api := func(req string) map[string]any {
+		conn, err := net.Dial("unix", sock)
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = conn.Write([]byte(req))
+		require.NoError(t, err)
+		var resp map[string]any
+		require.NoError(t, json.NewDecoder(conn).Decode(&resp))
+		return resp
+	}
+	port := freePort(t)
+	resp := api(fmt.Sprintf(`{"execute": "add_hostfwd", "arguments": {"proto": "tcp", "host_addr": "127.0.0.1", "host_port": %d, "guest_addr": "%v", "guest_port": 7000}}`, port, sandbox.DefaultAddr4.Addr()))
+	require.Contains(t, resp, "return", "%v", resp)
+	id := resp["return"].(map[string]any)["id"].(float64)
+	require.Equal(t, float64(1), id)
+
+	// The echo server inside may not listen yet: retry the first connect.
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	require.Eventually(t, func() bool {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			return false
+		}
+		defer conn.Close()
+		conn.Write([]byte("x"))
+		conn.SetReadDeadline(time.Now().Add(time.Second))
+		_, err = conn.Read(make([]byte, 1))
+		return err == nil
+	}, 20*time.Second, 100*time.Millisecond)
+	// A connection held open across the list and the remove.
+	held, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer held.Close()
+
+	resp = api(`{"execute": "list_hostfwd"}`)
+	entries := resp["return"].(map[string]any)["entries"].([]any)
+	require.Len(t, entries, 1)
+	e := entries[0].(map[string]any)
+	require.Equal(t, map[string]any{"id": float64(1), "proto": "tcp", "host_addr": "127.0.0.1", "host_port": float64(port), "guest_addr": sandbox.DefaultAddr4.Addr().String(), "guest_port": float64(7000)}, e)
+
+	resp = api(`{"execute": "remove_hostfwd", "arguments": {"id": 1}}`)
+	require.Equal(t, map[string]any{"return": map[string]any{}}, resp)
+	resp = api(`{"execute": "remove_hostfwd", "arguments": {"id": 1}}`)
+	require.Contains(t, resp, "error")
+	resp = api(`{"execute": "list_hostfwd"}`)
+	require.Empty(t, resp["return"].(map[string]any)["entries"])
+	_, err = net.Dial("tcp", addr)
+	require.Error(t, err, "the host port is closed once the forward is removed")
+	// The held connection still flows.
+	msg := []byte("still flowing")
+	_, err = held.Write(msg)
+	require.NoError(t, err)
+	got := make([]byte, len(msg))
+	held.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = io.ReadFull(held, got)
+	require.NoError(t, err)
+	require.Equal(t, msg, got)
+
+	resp = api(`{"execute": "nonsense"}`)
+	require.Contains(t, resp, "error")
+
+	// Closing the exit fd ends ustack (and the command, with SIGTERM).
+	exitW.Close()
+	select {
+	case <-waited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("ustack tun did not exit after its -exit-fd closed")
+	}
+	_, err = os.Stat(sock)
+	require.True(t, os.IsNotExist(err), "the API socket is removed")
 }
 
 // freePort is a TCP port on 127.0.0.1 free a moment ago.

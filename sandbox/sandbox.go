@@ -46,7 +46,9 @@ type Sandbox struct {
 	closed   bool
 	closers  []io.Closer      // port-forward listeners
 	fwdAddrs []netip.AddrPort // where they listen
-	wg       sync.WaitGroup   // the port forwards' goroutines
+	runtime  map[int]*runtimeForward
+	nextFwd  int            // the last ID AddForward gave
+	wg       sync.WaitGroup // the port forwards' goroutines
 	closeErr error
 	once     sync.Once
 }
@@ -193,6 +195,10 @@ func (s *Sandbox) Close() error {
 		s.mu.Lock()
 		s.closed = true
 		closers := s.closers
+		for _, rf := range s.runtime {
+			closers = append(closers, rf.c)
+		}
+		s.runtime = nil
 		s.mu.Unlock()
 		s.cancel()
 		var errs []error

@@ -38,6 +38,9 @@ func tunMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var (
 		nsPath     = fs.String("netns", "", "serve an existing network namespace (e.g. /var/run/netns/NAME) instead of creating one")
 		pid        = fs.Int("pid", 0, "serve the network namespace of this process, as slirp4netns does")
+		readyFD    = fs.Int("ready-fd", -1, "write \"1\" to this descriptor and close it once the sandbox's network is up (slirp4netns's --ready-fd)")
+		exitFD     = fs.Int("exit-fd", -1, "exit (stopping CMD with SIGTERM) once this descriptor is readable or closed (slirp4netns's --exit-fd)")
+		apiSocket  = fs.String("api-socket", "", "serve slirp4netns's API (add_hostfwd, list_hostfwd, remove_hostfwd) on this unix socket")
 		userns     = fs.String("userns", "", "without root, with -netns or -pid: the user namespace to join (default: the one owning the network namespace)")
 		usernsMap  = fs.String("userns-map", "", "without root: how the new user namespace maps ids: self (your uid and gid are root inside) or auto (also your /etc/subuid ranges, via newuidmap; the default where available)")
 		device     = fs.String("device", sandbox.DefaultDevice, "name of the TUN device inside the namespace")
@@ -235,9 +238,37 @@ Flags:
 		}
 		defer m.Close()
 	}
+	if *apiSocket != "" {
+		if err := sb.ServeAPI(*apiSocket); err != nil {
+			fmt.Fprintf(stderr, "ustack tun: -api-socket: %v\n", err)
+			return 1
+		}
+	}
+	if *readyFD >= 0 {
+		f := os.NewFile(uintptr(*readyFD), "ready-fd")
+		_, err := f.Write([]byte("1"))
+		f.Close()
+		if err != nil {
+			fmt.Fprintf(stderr, "ustack tun: -ready-fd %d: %v\n", *readyFD, err)
+			return 1
+		}
+	}
+	exitc := make(chan os.Signal, 1) // SIGTERM, when -exit-fd fires
+	if *exitFD >= 0 {
+		f := os.NewFile(uintptr(*exitFD), "exit-fd")
+		// Closing f when tunMain returns ends the reader.
+		defer f.Close()
+		go func() {
+			f.Read(make([]byte, 1))
+			exitc <- syscall.SIGTERM
+		}()
+	}
 	if len(cmdArgs) == 0 {
 		fmt.Fprintf(stderr, "ustack tun: serving %s on %s (%v, gateway %v, DNS %v)\n", d.NetNS, sb.Device(), sb.Config().Addr4, sb.Config().Gateway4, sb.Config().DNS4)
-		<-sigs
+		select {
+		case <-sigs:
+		case <-exitc:
+		}
 		return 0
 	}
 	cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
@@ -251,6 +282,14 @@ Flags:
 	}()
 	for {
 		select {
+		case s := <-exitc:
+			exitc = nil // once
+			select {
+			case <-started:
+				proc.Signal(s)
+			default:
+			}
+			continue
 		case s := <-sigs:
 			select {
 			case <-started:
