@@ -267,3 +267,20 @@ func (e *echoRelay) close() {
 		e.failed[i] = true
 	}
 }
+
+// OpenEcho opens the ping relay's host sockets now rather than on the
+// first ping, for a process about to confine itself (a seccomp filter
+// that refuses new raw sockets): a Forwarder whose handler is Relay's
+// keeps relaying pings through the sockets opened here. It does nothing
+// for other handlers.
+func (f *Forwarder) OpenEcho() {
+	r, ok := f.h.(*relay)
+	if !ok {
+		return
+	}
+	e := &r.echo
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.connLocked(f, 0)
+	e.connLocked(f, 1)
+}

@@ -40,6 +40,7 @@ func tunMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		pid        = fs.Int("pid", 0, "serve the network namespace of this process, as slirp4netns does")
 		readyFD    = fs.Int("ready-fd", -1, "write \"1\" to this descriptor and close it once the sandbox's network is up (slirp4netns's --ready-fd)")
 		exitFD     = fs.Int("exit-fd", -1, "exit (stopping CMD with SIGTERM) once this descriptor is readable or closed (slirp4netns's --exit-fd)")
+		confine    = fs.Bool("seccomp", true, "once serving (and CMD started), confine ustack: a seccomp allow-list (a denied system call fails with EPERM: no execve, no fork, no raw sockets), no_new_privs, capabilities dropped")
 		apiSocket  = fs.String("api-socket", "", "serve slirp4netns's API (add_hostfwd, list_hostfwd, remove_hostfwd) on this unix socket")
 		userns     = fs.String("userns", "", "without root, with -netns or -pid: the user namespace to join (default: the one owning the network namespace)")
 		usernsMap  = fs.String("userns-map", "", "without root: how the new user namespace maps ids: self (your uid and gid are root inside) or auto (also your /etc/subuid ranges, via newuidmap; the default where available)")
@@ -263,7 +264,25 @@ Flags:
 			exitc <- syscall.SIGTERM
 		}()
 	}
+	doConfine := func() bool {
+		if !*confine {
+			return true
+		}
+		err := sb.Confine()
+		if errors.Is(err, sandbox.ErrCapabilitiesKept) {
+			fmt.Fprintf(stderr, "ustack tun: %v\n", err)
+			return true
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "ustack tun: %v (or turn confinement off with -seccomp=false)\n", err)
+			return false
+		}
+		return true
+	}
 	if len(cmdArgs) == 0 {
+		if !doConfine() {
+			return 1
+		}
 		fmt.Fprintf(stderr, "ustack tun: serving %s on %s (%v, gateway %v, DNS %v)\n", d.NetNS, sb.Device(), sb.Config().Addr4, sb.Config().Gateway4, sb.Config().DNS4)
 		select {
 		case <-sigs:
@@ -280,8 +299,16 @@ Flags:
 		defer close(done)
 		err = sb.Run(cmd, func(p *os.Process) { proc = p; close(started) })
 	}()
+	confined := started
 	for {
 		select {
+		case <-confined:
+			// The command runs: nothing is executed from here on.
+			confined = nil
+			if !doConfine() {
+				proc.Signal(syscall.SIGTERM)
+			}
+			continue
 		case s := <-exitc:
 			exitc = nil // once
 			select {
