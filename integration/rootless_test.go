@@ -297,6 +297,12 @@ func TestRootlessSupervisor(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "1", string(ready), "-ready-fd writes 1 and closes")
 
+	// Once CMD runs, ustack confines itself (-seccomp, the default).
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.Process.Pid))
+		return strings.Contains(string(b), "Seccomp:\t2") && strings.Contains(string(b), "NoNewPrivs:\t1")
+	}, 20*time.Second, 50*time.Millisecond, "ustack tun is not under its seccomp filter")
+
 	api := func(req string) map[string]any {
 		conn, err := net.Dial("unix", sock)
 		require.NoError(t, err)

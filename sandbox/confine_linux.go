@@ -21,6 +21,8 @@ var relaySyscalls = []string{
 	"close", "close_range", "fstat", "newfstatat", "statx", "lseek", "fcntl", "dup", "dup3",
 	"ioctl", "poll", "ppoll", "select", "pselect6", "fsync", "fstatfs", "getdents64",
 	"openat", "readlinkat", "unlinkat", "getcwd", "pipe", "pipe2", "eventfd2",
+	// Zero-copy paths net.TCPConn takes (io.Copy between sockets, files).
+	"splice", "sendfile", "copy_file_range", "tee",
 	"epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "epoll_pwait2",
 	// Memory.
 	"mmap", "munmap", "mremap", "mprotect", "madvise", "brk", "mincore",
