@@ -144,6 +144,24 @@ func TestRootless(t *testing.T) {
 		require.Contains(t, s, "nameserver "+sandbox.DefaultDNS4.String())
 		require.Contains(t, s, "via "+sandbox.DefaultGateway4.String())
 	})
+	t.Run("userns map auto", func(t *testing.T) {
+		needTool(t, "newuidmap", "uidmap")
+		for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
+			b, _ := os.ReadFile(f)
+			if !strings.Contains(string(b), rootlessUser+":") {
+				out, err := exec.Command("usermod", "--add-subuids", "200000-265535", "--add-subgids", "200000-265535", rootlessUser).CombinedOutput()
+				require.NoError(t, err, "usermod: %s", out)
+				break
+			}
+		}
+		out, err := r.cmd(r.bin, "tun", "-userns-map", "auto", "--", "sh", "-c", "id -u; cat /proc/self/uid_map").Output()
+		require.NoError(t, err)
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		require.Equal(t, "0", lines[0])
+		require.Len(t, lines, 3, "root and the subordinate range mapped: %q", out)
+		require.Equal(t, []string{"0", strconv.Itoa(r.uid), "1"}, strings.Fields(lines[1]))
+		require.Equal(t, "1", strings.Fields(lines[2])[0])
+	})
 	t.Run("http", func(t *testing.T) {
 		n := sized(64 << 20)
 		out, err := r.tun(flags, "fetch", fmt.Sprintf("http://%s/bytes/%d", gw(hs.http), n)).Output()
