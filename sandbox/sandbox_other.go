@@ -30,3 +30,7 @@ var ErrCapabilitiesKept = errors.New("sandbox: capabilities kept")
 
 // Confine returns ErrNotSupported on this system.
 func (s *Sandbox) Confine() error { return ErrNotSupported }
+
+func rootless() bool { return false }
+
+func startHelper(*Config) (*namespace, *tun.Endpoint, error) { return nil, nil, ErrNotSupported }
