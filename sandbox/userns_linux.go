@@ -480,14 +480,9 @@ func (h *helper) run(cmd *exec.Cmd, resolv string, started func()) error {
 	files = nil
 	started()
 	<-h.done
-	if cmd.Stdin != nil {
-		// A reader the command never drained would keep its copier
-		// blocked; the command is gone, so nobody waits for it. The other
-		// copiers end with the command's last writer.
-		if c, ok := cmd.Stdin.(io.Closer); ok {
-			c.Close()
-		}
-	}
+	// As exec.Cmd.Wait does: the output copiers end with the command's
+	// last writer, the input one at the end of Stdin (or at its first
+	// write after the command is gone).
 	copiers.Wait()
 	return h.err
 }
