@@ -3,12 +3,14 @@ package forward
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
 	"time"
 
+	"golang.org/x/net/icmp"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
@@ -21,15 +23,35 @@ const maxEchoMaps = 1024
 // echoRelay carries pings to the host's raw ICMP sockets and the answers
 // back, mapping each (peer address, identifier) to an identifier of its
 // own, as a NAT does.
+//
+// Where the host refuses a raw socket (no CAP_NET_RAW: a rootless
+// sandbox), it falls back to an ICMP datagram socket ("ping socket"),
+// which Linux gives to the groups in net.ipv4.ping_group_range. The kernel
+// sets the identifier of a datagram socket's echoes to the socket's own,
+// so there the relay tells replies apart by sequence number instead: it
+// gives each request a sequence number of its own and restores the
+// peer's in the reply.
 type echoRelay struct {
 	r *relay
 
 	mu     sync.Mutex
-	f      *Forwarder     // the one the relay serves, set on first use
-	conns  [2]*net.IPConn // ICMPv4, ICMPv6; opened on first use
-	failed [2]bool        // the host refused a raw socket, or closed
+	f      *Forwarder        // the one the relay serves, set on first use
+	conns  [2]net.PacketConn // ICMPv4, ICMPv6; opened on first use
+	dgram  [2]bool           // conns[fam] is a datagram socket
+	failed [2]bool           // the host refused both sockets, or closed
 	byPeer map[echoKey]*echoMap
 	byHost [2]map[uint16]*echoMap
+	// bySeq maps a datagram socket's sequence numbers to the request
+	// they stand for (at most 65536 per family: a number is reused when
+	// the counter wraps); nextSeq is the last one given.
+	bySeq   [2]map[uint16]echoSeq
+	nextSeq [2]uint16
+}
+
+// echoSeq is a request in flight on a datagram socket.
+type echoSeq struct {
+	m   *echoMap
+	seq uint16 // the peer's
 }
 
 type echoKey struct {
@@ -48,6 +70,7 @@ func (e *echoRelay) init(r *relay) {
 	e.r = r
 	e.byPeer = map[echoKey]*echoMap{}
 	e.byHost = [2]map[uint16]*echoMap{{}, {}}
+	e.bySeq = [2]map[uint16]echoSeq{{}, {}}
 }
 
 func famOf(a netip.Addr) int {
@@ -63,7 +86,7 @@ func (e *echoRelay) send(req *PingRequest) {
 	fam := famOf(req.src)
 	key := echoKey{req.src, req.ID()}
 	e.mu.Lock()
-	conn := e.connLocked(f, fam)
+	conn, dgram := e.connLocked(f, fam)
 	if conn == nil {
 		e.mu.Unlock()
 		f.refuse(HostError)
@@ -80,49 +103,74 @@ func (e *echoRelay) send(req *PingRequest) {
 	}
 	m.last, m.req = now, req
 	hostID := m.hostID
+	out := append([]byte(nil), req.msg...)
+	var dst net.Addr = &net.IPAddr{IP: req.dst.AsSlice()}
+	if dgram {
+		e.nextSeq[fam]++
+		seq := e.nextSeq[fam]
+		e.bySeq[fam][seq] = echoSeq{m: m, seq: binary.BigEndian.Uint16(out[6:8])}
+		binary.BigEndian.PutUint16(out[6:8], seq)
+		dst = &net.UDPAddr{IP: req.dst.AsSlice()}
+	}
 	e.mu.Unlock()
 
-	out := append([]byte(nil), req.msg...)
 	binary.BigEndian.PutUint16(out[4:6], hostID)
 	if fam == 0 {
 		// The kernel fills in ICMPv6 checksums of raw sockets itself.
 		out[2], out[3] = 0, 0
 		binary.BigEndian.PutUint16(out[2:4], ^checksum.Checksum(out, 0))
 	}
-	if _, err := conn.WriteTo(out, &net.IPAddr{IP: req.dst.AsSlice()}); err != nil {
+	if _, err := conn.WriteTo(out, dst); err != nil {
 		f.refuse(HostError)
 		return
 	}
 	f.c.echoUp.Add(1)
 }
 
-// connLocked returns the family's raw socket, opening it (and starting its
-// receive loop, a goroutine of f's) on first use.
-func (e *echoRelay) connLocked(f *Forwarder, fam int) *net.IPConn {
+// connLocked returns the family's raw socket, or its ICMP datagram
+// socket (dgram) where the host refuses a raw one, opening it (and
+// starting its receive loop, a goroutine of f's) on first use.
+func (e *echoRelay) connLocked(f *Forwarder, fam int) (conn net.PacketConn, dgram bool) {
 	if e.f == nil {
 		e.f = f
 		f.atClose(e.close)
 	}
 	if e.f != f || e.conns[fam] != nil || e.failed[fam] {
-		return e.conns[fam]
-	}
-	network, laddr := "ip4:icmp", "0.0.0.0"
-	if fam == 1 {
-		network, laddr = "ip6:ipv6-icmp", "::"
+		return e.conns[fam], e.dgram[fam]
 	}
 	if !f.begin() {
-		return nil
+		return nil, false
 	}
-	c, err := net.ListenPacket(network, laddr)
+	conn, dgram, err := ListenEcho(fam == 1)
 	if err != nil {
 		f.wg.Done()
 		e.failed[fam] = true
-		return nil
+		return nil, false
 	}
-	conn := c.(*net.IPConn)
-	e.conns[fam] = conn
-	go e.receiveLoop(f, fam, conn)
-	return conn
+	e.conns[fam], e.dgram[fam] = conn, dgram
+	go e.receiveLoop(f, fam, conn, dgram)
+	return conn, dgram
+}
+
+// ListenEcho opens the host socket the echo relay sends pings through: a
+// raw ICMP socket, which takes CAP_NET_RAW, or else an ICMP datagram
+// socket (dgram), which takes membership of a group in
+// net.ipv4.ping_group_range (both families use that sysctl). The error,
+// when neither is allowed, names both and what to do.
+func ListenEcho(v6 bool) (conn net.PacketConn, dgram bool, err error) {
+	network, laddr, dgramNet := "ip4:icmp", "0.0.0.0", "udp4"
+	if v6 {
+		network, laddr, dgramNet = "ip6:ipv6-icmp", "::", "udp6"
+	}
+	c, rawErr := net.ListenPacket(network, laddr)
+	if rawErr == nil {
+		return c, false, nil
+	}
+	pc, err := icmp.ListenPacket(dgramNet, laddr)
+	if err == nil {
+		return pc, true, nil
+	}
+	return nil, false, fmt.Errorf("forward: ping relay: a raw ICMP socket is refused (%v: needs CAP_NET_RAW) and so is an ICMP datagram socket (%v: needs one of this process's groups in sysctl net.ipv4.ping_group_range): run as root, or widen the range, e.g. sysctl -w net.ipv4.ping_group_range=\"0 2147483647\"", rawErr, err)
 }
 
 // newMapLocked makes a mapping with a free host identifier, first
@@ -152,11 +200,11 @@ func (e *echoRelay) newMapLocked(key echoKey, fam int, now time.Time, idle time.
 // receiveLoop takes echo replies from the host's raw socket (which sees
 // every ICMP message the host receives) and passes on those of our
 // mappings.
-func (e *echoRelay) receiveLoop(f *Forwarder, fam int, conn *net.IPConn) {
+func (e *echoRelay) receiveLoop(f *Forwarder, fam int, conn net.PacketConn, dgram bool) {
 	defer f.wg.Done()
 	buf := make([]byte, 1<<16)
 	for {
-		n, from, err := conn.ReadFromIP(buf)
+		n, fromAddr, err := conn.ReadFrom(buf)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -170,8 +218,25 @@ func (e *echoRelay) receiveLoop(f *Forwarder, fam int, conn *net.IPConn) {
 		if fam == 0 && msg[0] != byte(header.ICMPv4EchoReply) || fam == 1 && msg[0] != byte(header.ICMPv6EchoReply) {
 			continue
 		}
+		var fromIP net.IP
+		switch a := fromAddr.(type) {
+		case *net.IPAddr:
+			fromIP = a.IP
+		case *net.UDPAddr:
+			fromIP = a.IP
+		}
 		e.mu.Lock()
-		m := e.byHost[fam][binary.BigEndian.Uint16(msg[4:6])]
+		var m *echoMap
+		if dgram {
+			seq := binary.BigEndian.Uint16(msg[6:8])
+			if s, ok := e.bySeq[fam][seq]; ok {
+				delete(e.bySeq[fam], seq)
+				m = s.m
+				binary.BigEndian.PutUint16(msg[6:8], s.seq)
+			}
+		} else {
+			m = e.byHost[fam][binary.BigEndian.Uint16(msg[4:6])]
+		}
 		var req *PingRequest
 		if m != nil {
 			m.last = time.Now()
@@ -181,7 +246,7 @@ func (e *echoRelay) receiveLoop(f *Forwarder, fam int, conn *net.IPConn) {
 		if req == nil {
 			continue // someone else's ping
 		}
-		fromAP, _ := netip.AddrFromSlice(from.IP)
+		fromAP, _ := netip.AddrFromSlice(fromIP)
 		src, _, ok := e.r.pol.source(netip.AddrPortFrom(fromAP.Unmap(), 0), netip.Addr{}, fam == 1)
 		if !ok {
 			continue
@@ -201,4 +266,21 @@ func (e *echoRelay) close() {
 		}
 		e.failed[i] = true
 	}
+}
+
+// OpenEcho opens the ping relay's host sockets now rather than on the
+// first ping, for a process about to confine itself (a seccomp filter
+// that refuses new raw sockets): a Forwarder whose handler is Relay's
+// keeps relaying pings through the sockets opened here. It does nothing
+// for other handlers.
+func (f *Forwarder) OpenEcho() {
+	r, ok := f.h.(*relay)
+	if !ok {
+		return
+	}
+	e := &r.echo
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.connLocked(f, 0)
+	e.connLocked(f, 1)
 }

@@ -58,6 +58,17 @@ const (
 	DefaultConnectTimeout = 10 * time.Second
 )
 
+// User namespace mappings of a rootless sandbox (Config.UsernsMap).
+const (
+	// UsernsMapSelf maps the caller's uid and gid to root inside, and
+	// nothing else, as `unshare -r` does.
+	UsernsMapSelf = "self"
+	// UsernsMapAuto maps root inside to the caller and uids and gids 1 and
+	// up to the caller's ranges in /etc/subuid and /etc/subgid, through
+	// newuidmap and newgidmap, as rootless podman does.
+	UsernsMapAuto = "auto"
+)
+
 // Config describes a sandbox. The zero value of a field means its default
 // (see the Default constants and variables), except the booleans, which
 // default to false.
@@ -66,6 +77,13 @@ type Config struct {
 	// /var/run/netns/NAME or /proc/PID/ns/net; "" creates a new one that
 	// lives as long as the Sandbox (and the processes started in it).
 	NetNS string
+	// UserNS, without root, is the user namespace to join with NetNS
+	// (/proc/PID/ns/user); "" means the one that owns NetNS.
+	UserNS string
+	// UsernsMap, without root and NetNS "", is how the new user
+	// namespace maps ids: UsernsMapSelf or UsernsMapAuto; "" means auto
+	// where newuidmap and subordinate ranges exist, self otherwise.
+	UsernsMap string
 	// Device names the TUN device inside the namespace.
 	Device string
 	// Addr4 and Addr6 are the sandbox's addresses; Gateway4, Gateway6,
@@ -258,6 +276,9 @@ func (c Config) normalize() (Config, error) {
 	}
 	if c.Queues < 1 || c.Queues > tun.MaxQueues {
 		errs = append(errs, fmt.Errorf("sandbox: %d TUN queues: must be from 1 to %d", c.Queues, tun.MaxQueues))
+	}
+	if c.UsernsMap != "" && c.UsernsMap != UsernsMapSelf && c.UsernsMap != UsernsMapAuto {
+		errs = append(errs, fmt.Errorf("sandbox: user namespace map %q: use self or auto", c.UsernsMap))
 	}
 	if c.Qdisc != "" && !sched.Known(c.Qdisc) {
 		errs = append(errs, fmt.Errorf("sandbox: qdisc %q: unknown; use one of %s", c.Qdisc, strings.Join(sched.Names(), ", ")))

@@ -20,6 +20,29 @@
 // helper, which Init turns into the command (and which otherwise returns
 // at once).
 //
+// Without root (effective uid not 0), New goes through a user namespace,
+// as slirp4netns, pasta and rootlesskit do. Go cannot unshare a user
+// namespace in its multithreaded process, nor setns into one, so a child
+// does it: this program re-executed as a helper (Init), cloned into new
+// user, network and mount namespaces (exec.Cmd's Cloneflags), the
+// caller's uid and gid mapped to root inside (UsernsMapSelf, `unshare -r`)
+// or, where newuidmap and /etc/subuid ranges exist, the caller's full
+// range (UsernsMapAuto: the helper waits for newuidmap, then executes
+// itself again to gain its capabilities as the namespace's root). With
+// NetNS, the helper is started through nsenter(1) into the namespace and
+// the user namespace that owns it (or UserNS), since setns into a user
+// namespace is refused to a multithreaded process. The helper, root of
+// the namespace, creates and configures the TUN device and passes its
+// descriptor back over a unix socket (SCM_RIGHTS), which New adopts
+// (tun.OpenFD): the descriptor keeps working outside the namespace, and
+// this process never leaves its own. The helper then waits on the socket
+// and, in Run, receives the command's standard files, binds the private
+// resolv.conf in its mount namespace and executes the command, so the
+// command is root of the user namespace, not of the host; closing the
+// socket without a command ends it. Without root the device has one
+// queue (Queues must be 1) and /dev/net/tun must be usable by everyone
+// (mode 0666, as distributions ship it).
+//
 // The relaying itself is package forward's: a Forwarder on the stack with
 // forward.Relay over host sockets (&net.Dialer{}), its policy built from
 // the Config. The sandbox adds the namespace, the TUN device, the DNS

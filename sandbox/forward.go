@@ -4,38 +4,142 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/ustack-dev/ustack/forward"
 )
 
-// startForward listens on the host for f and carries what arrives into
-// the sandbox.
+// checkForwardPrivilege refuses, before anything is created, a forward
+// from a host port this process may not bind: below the sysctl
+// net.ipv4.ip_unprivileged_port_start (1024 by default) without root.
+func checkForwardPrivilege(fwds []Forward) error {
+	if os.Geteuid() == 0 {
+		return nil
+	}
+	start := 1024
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_unprivileged_port_start"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			start = n
+		}
+	}
+	for _, f := range fwds {
+		if p := int(f.Host.Port()); p != 0 && p < start {
+			return fmt.Errorf("sandbox: port forward %v: binding host port %d needs CAP_NET_BIND_SERVICE (ports below %d, sysctl net.ipv4.ip_unprivileged_port_start): use a host port from %d up, run as root, or lower the sysctl", f, p, start, start)
+		}
+	}
+	return nil
+}
+
+// startForward listens on the host for f (one of Config.Forwards) and
+// carries what arrives into the sandbox.
 func (s *Sandbox) startForward(f Forward) error {
+	c, addr, err := s.listenForward(f)
+	if err != nil {
+		return err
+	}
+	s.closers = append(s.closers, c)
+	s.fwdAddrs = append(s.fwdAddrs, addr)
+	return nil
+}
+
+// listenForward listens on the host for f and starts the goroutine that
+// carries what arrives into the sandbox (one of s.wg's: the caller makes
+// sure Close is not waiting yet). Closing the returned listener ends it.
+func (s *Sandbox) listenForward(f Forward) (io.Closer, netip.AddrPort, error) {
 	if f.UDP {
 		pc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(f.Host))
 		if err != nil {
-			return fmt.Errorf("sandbox: port forward %v: %w", f, err)
+			return nil, netip.AddrPort{}, fmt.Errorf("sandbox: port forward %v: %w", f, err)
 		}
 		fw := &udpForward{s: s, f: f, pc: pc, peers: map[netip.AddrPort]net.Conn{}}
-		s.closers = append(s.closers, pc)
-		s.fwdAddrs = append(s.fwdAddrs, pc.LocalAddr().(*net.UDPAddr).AddrPort())
 		s.wg.Add(1)
 		go fw.loop()
-		return nil
+		return pc, pc.LocalAddr().(*net.UDPAddr).AddrPort(), nil
 	}
 	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(f.Host))
 	if err != nil {
-		return fmt.Errorf("sandbox: port forward %v: %w", f, err)
+		return nil, netip.AddrPort{}, fmt.Errorf("sandbox: port forward %v: %w", f, err)
 	}
-	s.closers = append(s.closers, ln)
-	s.fwdAddrs = append(s.fwdAddrs, ln.Addr().(*net.TCPAddr).AddrPort())
 	s.wg.Add(1)
 	go s.acceptLoop(f, ln)
-	return nil
+	return ln, ln.Addr().(*net.TCPAddr).AddrPort(), nil
+}
+
+// ForwardInfo is a port forward added at run time (AddForward).
+type ForwardInfo struct {
+	ID      int
+	Forward Forward
+	// Addr is where the host listens (the port picked, for port 0).
+	Addr netip.AddrPort
+}
+
+// runtimeForward is a forward added by AddForward, with its listener.
+type runtimeForward struct {
+	info ForwardInfo
+	c    io.Closer
+}
+
+// AddForward starts a port forward while the sandbox runs, as
+// slirp4netns's add_hostfwd does, and returns its ID for RemoveForward.
+func (s *Sandbox) AddForward(f Forward) (ForwardInfo, error) {
+	if f.Port == 0 || !f.Host.Addr().IsValid() {
+		return ForwardInfo{}, fmt.Errorf("sandbox: port forward %v: needs a host address and a sandbox port", f)
+	}
+	if f.Host.Addr().Is6() && s.cfg.NoIPv6 {
+		return ForwardInfo{}, fmt.Errorf("sandbox: port forward %v: IPv6 is off in the sandbox", f)
+	}
+	if err := checkForwardPrivilege([]Forward{f}); err != nil {
+		return ForwardInfo{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ForwardInfo{}, errors.New("sandbox: closed")
+	}
+	c, addr, err := s.listenForward(f)
+	if err != nil {
+		return ForwardInfo{}, err
+	}
+	if s.runtime == nil {
+		s.runtime = map[int]*runtimeForward{}
+	}
+	s.nextFwd++
+	info := ForwardInfo{ID: s.nextFwd, Forward: f, Addr: addr}
+	s.runtime[info.ID] = &runtimeForward{info: info, c: c}
+	return info, nil
+}
+
+// RemoveForward stops listening for the forward AddForward returned id
+// for; connections it carried already go on.
+func (s *Sandbox) RemoveForward(id int) error {
+	s.mu.Lock()
+	rf := s.runtime[id]
+	delete(s.runtime, id)
+	s.mu.Unlock()
+	if rf == nil {
+		return fmt.Errorf("sandbox: no port forward with id %d", id)
+	}
+	return rf.c.Close()
+}
+
+// Forwards lists the forwards added with AddForward, by ID.
+func (s *Sandbox) Forwards() []ForwardInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []ForwardInfo
+	for _, rf := range s.runtime {
+		out = append(out, rf.info)
+	}
+	slices.SortFunc(out, func(a, b ForwardInfo) int { return a.ID - b.ID })
+	return out
 }
 
 // ForwardAddrs returns where the host listens for each of

@@ -20,6 +20,9 @@ import (
 type namespace struct {
 	handle netns.NsHandle
 	path   string // what the user gave, or "" for one we created
+	// helper, without root, holds the namespaces instead of handle and
+	// becomes the sandbox's command (userns_linux.go).
+	helper *helper
 }
 
 // openNamespace attaches to path, or creates a namespace if path is "".
@@ -61,7 +64,13 @@ func (n *namespace) do(f func() error) error {
 	})
 }
 
-func (n *namespace) close() { n.handle.Close() }
+func (n *namespace) close() {
+	if n.helper != nil {
+		n.helper.close()
+		return
+	}
+	n.handle.Close()
+}
 
 // onThread runs f on a locked OS thread that exits when f returns.
 func onThread(f func() error) error {
@@ -140,6 +149,9 @@ func routeVia(dev string, c *Config) error {
 // until the command has exited, so that a Pdeathsig set on it fires when
 // this process dies, not when the thread is recycled.
 func (n *namespace) run(cmd *exec.Cmd, started func()) error {
+	if n.helper != nil {
+		return n.helper.run(cmd, "", started)
+	}
 	errc := make(chan error, 1)
 	err := n.do(func() error {
 		if err := cmd.Start(); err != nil {
@@ -160,7 +172,14 @@ func (n *namespace) run(cmd *exec.Cmd, started func()) error {
 // is the sandbox's re-executed helper, it gives itself a private
 // /etc/resolv.conf and becomes the command; otherwise it returns at once.
 // It never returns in the helper.
+//
+// Without root, the sandbox's namespaces are made by this program
+// re-executed as a helper too (see the package doc), which Init runs.
 func Init() {
+	if spec := os.Getenv(helperEnv); spec != "" {
+		os.Unsetenv(helperEnv)
+		helperMain(spec)
+	}
 	if os.Getenv(initEnv) == "" {
 		return
 	}
@@ -170,16 +189,26 @@ func Init() {
 		fmt.Fprintln(os.Stderr, "ustack sandbox: helper started without a command")
 		os.Exit(127)
 	}
-	// The helper runs in a mount namespace of its own (CLONE_NEWNS);
-	// making every mount private keeps the bind below from propagating
-	// back to the host's /etc.
+	bindResolv(src)
+	execCommand(os.Args[1], os.Args[2:], os.Environ())
+}
+
+// bindResolv binds src over /etc/resolv.conf in this process's mount
+// namespace, which must be its own, or says why it could not.
+func bindResolv(src string) {
+	// Making every mount private keeps the bind from propagating back to
+	// the host's /etc.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		fmt.Fprintf(os.Stderr, "ustack sandbox: make mounts private: %v; /etc/resolv.conf left as it is\n", err)
 	} else if err := unix.Mount(src, resolvConf, "", unix.MS_BIND, ""); err != nil {
 		fmt.Fprintf(os.Stderr, "ustack sandbox: bind %s over %s: %v; the command uses the host's resolver configuration\n", src, resolvConf, err)
 	}
-	path := os.Args[1]
-	err := unix.Exec(path, os.Args[2:], os.Environ())
+}
+
+// execCommand becomes the command, or exits with the shell's status for a
+// command that cannot be run (126 not executable, 127 otherwise).
+func execCommand(path string, argv, env []string) {
+	err := unix.Exec(path, argv, env)
 	fmt.Fprintf(os.Stderr, "ustack sandbox: exec %s: %v\n", path, err)
 	if errors.Is(err, unix.EACCES) {
 		os.Exit(126)

@@ -14,6 +14,11 @@ import (
 // ustack's DNS addresses: it is started through this program's Init in a
 // mount namespace of its own, so this program must call Init first thing
 // in main. started, if not nil, is called once the command is running.
+//
+// Without root, the command is the namespace helper itself (see the
+// package doc): it runs as root of the sandbox's user namespace, and
+// started gets its process, not cmd.Process, which stays nil. A Run
+// without root can be done once per Sandbox.
 func (s *Sandbox) Run(cmd *exec.Cmd, started func(*os.Process)) error {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
@@ -36,6 +41,15 @@ func (s *Sandbox) Run(cmd *exec.Cmd, started func(*os.Process)) error {
 		}
 		if err := f.Close(); err != nil {
 			return fmt.Errorf("sandbox: write %s: %w", f.Name(), err)
+		}
+		if h := s.ns.helper; h != nil {
+			// Without root the helper holding the namespaces becomes the
+			// command, and binds the file itself.
+			return h.run(cmd, f.Name(), func() {
+				if started != nil {
+					started(h.process())
+				}
+			})
 		}
 		self, err := os.Executable()
 		if err != nil {

@@ -35,6 +35,8 @@ type Sandbox struct {
 	nic tcpip.NICID
 	fw  *forward.Forwarder // the relay
 	c   counters
+	// warnings say what the sandbox cannot do here (Warnings).
+	warnings []string
 
 	ctx    context.Context // cancelled by Close: ends port-forward connects
 	cancel context.CancelFunc
@@ -43,15 +45,18 @@ type Sandbox struct {
 	closed   bool
 	closers  []io.Closer      // port-forward listeners
 	fwdAddrs []netip.AddrPort // where they listen
-	wg       sync.WaitGroup   // the port forwards' goroutines
+	runtime  map[int]*runtimeForward
+	nextFwd  int            // the last ID AddForward gave
+	wg       sync.WaitGroup // the port forwards' goroutines
 	closeErr error
 	once     sync.Once
 }
 
 // New builds the sandbox's network: it creates (or attaches to) the
-// namespace, creates the TUN device in it and starts relaying. It needs
-// root (CAP_NET_ADMIN, and CAP_SYS_ADMIN to create a namespace). A nil
-// cfg means the documented defaults; New does not keep cfg.
+// namespace, creates the TUN device in it and starts relaying. As root it
+// does so itself; otherwise it goes through a user namespace and a helper
+// process (see the package doc). A nil cfg means the documented defaults;
+// New does not keep cfg.
 func New(c *Config) (*Sandbox, error) {
 	var cfg Config
 	if c != nil {
@@ -61,7 +66,15 @@ func New(c *Config) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkForwardPrivilege(cfg.Forwards); err != nil {
+		return nil, err
+	}
 	s := &Sandbox{cfg: cfg}
+	if c, _, err := forward.ListenEcho(false); err != nil {
+		s.warnings = append(s.warnings, fmt.Sprintf("sandbox: pings to relayed destinations are refused (counted as host errors): %v", err))
+	} else {
+		c.Close()
+	}
 	if !cfg.NoDNS {
 		s.dns = upstreams(cfg.DNSUpstream)
 	}
@@ -72,11 +85,17 @@ func New(c *Config) (*Sandbox, error) {
 			s.Close()
 		}
 	}()
-	if s.ns, err = openNamespace(cfg.NetNS); err != nil {
-		return nil, err
-	}
-	if s.ep, err = s.ns.openDevice(&cfg); err != nil {
-		return nil, err
+	if rootless() {
+		if s.ns, s.ep, err = startHelper(&cfg); err != nil {
+			return nil, err
+		}
+	} else {
+		if s.ns, err = openNamespace(cfg.NetNS); err != nil {
+			return nil, err
+		}
+		if s.ep, err = s.ns.openDevice(&cfg); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.buildStack(); err != nil {
 		return nil, err
@@ -143,6 +162,10 @@ func (s *Sandbox) buildStack() error {
 	return nil
 }
 
+// Warnings says what the sandbox cannot do with this process's
+// privileges (such as relaying pings), one sentence each, for the user.
+func (s *Sandbox) Warnings() []string { return append([]string(nil), s.warnings...) }
+
 // Stack returns the ustack stack serving the sandbox (for stats and
 // metrics); the Sandbox owns it.
 func (s *Sandbox) Stack() *stack.Stack { return s.st }
@@ -180,6 +203,10 @@ func (s *Sandbox) Close() error {
 		s.mu.Lock()
 		s.closed = true
 		closers := s.closers
+		for _, rf := range s.runtime {
+			closers = append(closers, rf.c)
+		}
+		s.runtime = nil
 		s.mu.Unlock()
 		s.cancel()
 		var errs []error

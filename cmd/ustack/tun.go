@@ -38,6 +38,12 @@ func tunMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var (
 		nsPath     = fs.String("netns", "", "serve an existing network namespace (e.g. /var/run/netns/NAME) instead of creating one")
 		pid        = fs.Int("pid", 0, "serve the network namespace of this process, as slirp4netns does")
+		readyFD    = fs.Int("ready-fd", -1, "write \"1\" to this descriptor and close it once the sandbox's network is up (slirp4netns's --ready-fd)")
+		exitFD     = fs.Int("exit-fd", -1, "exit (stopping CMD with SIGTERM) once this descriptor is readable or closed (slirp4netns's --exit-fd)")
+		confine    = fs.Bool("seccomp", true, "once serving (and CMD started), confine ustack: a seccomp allow-list (a denied system call fails with EPERM: no execve, no fork, no raw sockets), no_new_privs, capabilities dropped")
+		apiSocket  = fs.String("api-socket", "", "serve slirp4netns's API (add_hostfwd, list_hostfwd, remove_hostfwd) on this unix socket")
+		userns     = fs.String("userns", "", "without root, with -netns or -pid: the user namespace to join (default: the one owning the network namespace)")
+		usernsMap  = fs.String("userns-map", "", "without root: how the new user namespace maps ids: self (your uid and gid are root inside) or auto (also your /etc/subuid ranges, via newuidmap; the default where available)")
 		device     = fs.String("device", sandbox.DefaultDevice, "name of the TUN device inside the namespace")
 		addr4      = fs.String("addr", sandbox.DefaultAddr4.String(), "the sandbox's IPv4 address")
 		gw4        = fs.String("gw", sandbox.DefaultGateway4.String(), "the gateway: ustack's address, and the host's loopback with -allow-host-loopback")
@@ -209,6 +215,7 @@ Flags:
 	}
 	d.NetNS, d.Device, d.NoIPv6, d.MTU, d.NoOffload, d.Queues, d.Qdisc = *nsPath, *device, *noIPv6, uint32(*mtu), !*offload, *queues, *qdisc
 	d.ResolvConf, d.AllowHostLoopback = *resolv, *hostLoop
+	d.UserNS, d.UsernsMap = *userns, *usernsMap
 	d.MaxFlows, d.MaxTCP, d.MaxUDP, d.MaxHalfOpen, d.TCPBuffer = *maxFlows, *maxTCP, *maxUDP, *maxHalf, *tcpBuf
 	d.UDPIdleTimeout, d.ConnectTimeout = *udpIdle, *connTO
 	if err := d.Check(); err != nil {
@@ -233,6 +240,9 @@ Flags:
 		fmt.Fprintf(stderr, "ustack tun: %v\n", err)
 		return 1
 	}
+	for _, w := range sb.Warnings() {
+		fmt.Fprintf(stderr, "ustack tun: %s\n", w)
+	}
 	status := 0
 	defer func() {
 		if err := sb.Close(); err != nil {
@@ -250,9 +260,55 @@ Flags:
 		}
 		defer m.Close()
 	}
+	if *apiSocket != "" {
+		if err := sb.ServeAPI(*apiSocket); err != nil {
+			fmt.Fprintf(stderr, "ustack tun: -api-socket: %v\n", err)
+			return 1
+		}
+	}
+	if *readyFD >= 0 {
+		f := os.NewFile(uintptr(*readyFD), "ready-fd")
+		_, err := f.Write([]byte("1"))
+		f.Close()
+		if err != nil {
+			fmt.Fprintf(stderr, "ustack tun: -ready-fd %d: %v\n", *readyFD, err)
+			return 1
+		}
+	}
+	exitc := make(chan os.Signal, 1) // SIGTERM, when -exit-fd fires
+	if *exitFD >= 0 {
+		f := os.NewFile(uintptr(*exitFD), "exit-fd")
+		// Closing f when tunMain returns ends the reader.
+		defer f.Close()
+		go func() {
+			f.Read(make([]byte, 1))
+			exitc <- syscall.SIGTERM
+		}()
+	}
+	doConfine := func() bool {
+		if !*confine {
+			return true
+		}
+		err := sb.Confine()
+		if errors.Is(err, sandbox.ErrCapabilitiesKept) {
+			fmt.Fprintf(stderr, "ustack tun: %v\n", err)
+			return true
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "ustack tun: %v (or turn confinement off with -seccomp=false)\n", err)
+			return false
+		}
+		return true
+	}
 	if len(cmdArgs) == 0 {
+		if !doConfine() {
+			return 1
+		}
 		fmt.Fprintf(stderr, "ustack tun: serving %s on %s (%v, gateway %v, DNS %v)\n", d.NetNS, sb.Device(), sb.Config().Addr4, sb.Config().Gateway4, sb.Config().DNS4)
-		<-sigs
+		select {
+		case <-sigs:
+		case <-exitc:
+		}
 		return 0
 	}
 	cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
@@ -264,8 +320,24 @@ Flags:
 		defer close(done)
 		err = sb.Run(cmd, func(p *os.Process) { proc = p; close(started) })
 	}()
+	confined := started
 	for {
 		select {
+		case <-confined:
+			// The command runs: nothing is executed from here on.
+			confined = nil
+			if !doConfine() {
+				proc.Signal(syscall.SIGTERM)
+			}
+			continue
+		case s := <-exitc:
+			exitc = nil // once
+			select {
+			case <-started:
+				proc.Signal(s)
+			default:
+			}
+			continue
 		case s := <-sigs:
 			select {
 			case <-started:

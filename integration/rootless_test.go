@@ -1,0 +1,416 @@
+//go:build linux
+
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
+
+	"github.com/ustack-dev/ustack/sandbox"
+)
+
+// rootlessUser is the unprivileged user the rootless tests run ustack as.
+const rootlessUser = "ustack-test"
+
+// rootless is what the rootless tests share: the user, and copies of the
+// ustack binary and of this test binary that the user may execute.
+type rootless struct {
+	cred      *syscall.Credential
+	uid       int
+	dir       string
+	bin, test string
+}
+
+// setupRootless creates the unprivileged user if missing, makes
+// /dev/net/tun usable by everyone as distributions ship it (restored
+// afterwards), and copies the binaries where the user can run them.
+func setupRootless(t *testing.T) *rootless {
+	needPrivilege(t, "the rootless tests set up a user and /dev/net/tun as root", nsProbe())
+	u, err := user.Lookup(rootlessUser)
+	if err != nil {
+		out, err := exec.Command("useradd", "-M", "-s", "/bin/sh", rootlessUser).CombinedOutput()
+		require.NoError(t, err, "useradd %s: %s", rootlessUser, out)
+		u, err = user.Lookup(rootlessUser)
+		require.NoError(t, err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	st, err := os.Stat("/dev/net/tun")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod("/dev/net/tun", 0o666))
+	t.Cleanup(func() { os.Chmod("/dev/net/tun", st.Mode().Perm()) })
+
+	dir, err := os.MkdirTemp("", "ustack-rootless-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	r := &rootless{cred: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, uid: uid, dir: dir}
+	r.bin = filepath.Join(dir, "ustack")
+	r.test = filepath.Join(dir, "integration.test")
+	self, err := os.Executable()
+	require.NoError(t, err)
+	copyExec(t, buildUstack(t), r.bin)
+	copyExec(t, self, r.test)
+	t.Cleanup(func() { r.requireNothingLeft(t) })
+	return r
+}
+
+func copyExec(t *testing.T, from, to string) {
+	b, err := os.ReadFile(from)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(to, b, 0o755))
+}
+
+// cmd is argv run as the unprivileged user, in its directory.
+func (r *rootless) cmd(argv ...string) *exec.Cmd {
+	c := exec.Command(argv[0], argv[1:]...)
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: r.cred}
+	c.Dir = r.dir
+	c.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + r.dir}
+	c.Stderr = os.Stderr
+	return c
+}
+
+// tun is `ustack tun FLAGS -- the test binary as mode ARGS`, as the user.
+func (r *rootless) tun(flags []string, mode string, args ...string) *exec.Cmd {
+	argv := append(append([]string{r.bin, "tun"}, flags...), "--", r.test)
+	c := r.cmd(append(argv, args...)...)
+	c.Env = append(c.Env, childEnv+"="+mode)
+	return c
+}
+
+// requireNothingLeft checks that no process of the user is left, which
+// also means no namespace and no TUN device: they lived in the user's
+// processes only.
+func (r *rootless) requireNothingLeft(t *testing.T) {
+	var left []string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		left = left[:0]
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			var st syscall.Stat_t
+			if syscall.Stat("/proc/"+e.Name(), &st) == nil && int(st.Uid) == r.uid {
+				cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+				left = append(left, fmt.Sprintf("%d %s", pid, bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	require.Empty(t, left, "processes of %s left behind", rootlessUser)
+}
+
+// TestRootless runs `ustack tun` as an unprivileged user, with
+// /dev/net/tun mode 0666, and checks every service of the sandbox.
+func TestRootless(t *testing.T) {
+	r := setupRootless(t)
+	hs := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
+	gw := func(p netip.AddrPort) string { return netip.AddrPortFrom(sandbox.DefaultGateway4, p.Port()).String() }
+	flags := []string{"-allow-host-loopback", "-dns-upstream", hs.dns.String()}
+
+	t.Run("exit status", func(t *testing.T) {
+		err := r.cmd(r.bin, "tun", "--", "sh", "-c", "exit 7").Run()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee)
+		require.Equal(t, 7, ee.ExitCode())
+	})
+	t.Run("root inside", func(t *testing.T) {
+		out, err := r.cmd(r.bin, "tun", "-userns-map", "self", "--", "sh", "-c", "id -u; cat /etc/resolv.conf; ip -o route show default").Output()
+		require.NoError(t, err)
+		s := string(out)
+		require.True(t, strings.HasPrefix(s, "0\n"), "uid inside: %q", s)
+		require.Contains(t, s, "nameserver "+sandbox.DefaultDNS4.String())
+		require.Contains(t, s, "via "+sandbox.DefaultGateway4.String())
+	})
+	t.Run("userns map auto", func(t *testing.T) {
+		needTool(t, "newuidmap", "uidmap")
+		for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
+			b, _ := os.ReadFile(f)
+			if !strings.Contains(string(b), rootlessUser+":") {
+				out, err := exec.Command("usermod", "--add-subuids", "200000-265535", "--add-subgids", "200000-265535", rootlessUser).CombinedOutput()
+				require.NoError(t, err, "usermod: %s", out)
+				break
+			}
+		}
+		out, err := r.cmd(r.bin, "tun", "-userns-map", "auto", "--", "sh", "-c", "id -u; cat /proc/self/uid_map").Output()
+		require.NoError(t, err)
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		require.Equal(t, "0", lines[0])
+		require.Len(t, lines, 3, "root and the subordinate range mapped: %q", out)
+		require.Equal(t, []string{"0", strconv.Itoa(r.uid), "1"}, strings.Fields(lines[1]))
+		require.Equal(t, "1", strings.Fields(lines[2])[0])
+	})
+	t.Run("http", func(t *testing.T) {
+		n := sized(64 << 20)
+		out, err := r.tun(flags, "fetch", fmt.Sprintf("http://%s/bytes/%d", gw(hs.http), n)).Output()
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("%s %d\n", patternSum(n), n), string(out))
+	})
+	t.Run("tcp both ways", func(t *testing.T) {
+		n := sized(16 << 20)
+		out, err := r.tun(flags, "both", gw(hs.both), strconv.FormatInt(n, 10)).Output()
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("%s %d\n", patternSum(n), n), string(out))
+	})
+	t.Run("udp echo", func(t *testing.T) {
+		out, err := r.tun(flags, "udpecho", gw(hs.udp)).Output()
+		require.NoError(t, err)
+		require.Equal(t, "ok\n", string(out))
+	})
+	t.Run("dns", func(t *testing.T) {
+		out, err := r.tun(flags, "dns", strings.TrimSuffix(dnsName, ".")).Output()
+		require.NoError(t, err)
+		require.Contains(t, string(out), dnsA.String())
+	})
+	t.Run("ping gateway", func(t *testing.T) {
+		needTool(t, "ping", "iputils-ping")
+		c := r.cmd(r.bin, "tun", "--", "ping", "-c", "2", "-W", "5", sandbox.DefaultGateway4.String())
+		c.Stderr = nil
+		out, err := c.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Contains(t, string(out), "2 received")
+	})
+	t.Run("ping relayed", func(t *testing.T) {
+		needTool(t, "ping", "iputils-ping")
+		// A host address in the benchmarking range on the host's loopback,
+		// reached through the relay's ICMP datagram socket: the user has
+		// no CAP_NET_RAW.
+		lo, err := netlink.LinkByName("lo")
+		require.NoError(t, err)
+		a, err := netlink.ParseAddr("198.18.99.77/32")
+		require.NoError(t, err)
+		require.NoError(t, netlink.AddrAdd(lo, a))
+		defer netlink.AddrDel(lo, a)
+		const rangeFile = "/proc/sys/net/ipv4/ping_group_range"
+		old, err := os.ReadFile(rangeFile)
+		require.NoError(t, err)
+		defer os.WriteFile(rangeFile, old, 0o644)
+		ping := func(groups string) (string, error) {
+			require.NoError(t, os.WriteFile(rangeFile, []byte(groups), 0o644))
+			c := r.cmd(r.bin, "tun", "-stats", "--", "ping", "-c", "2", "-W", "3", "198.18.99.77")
+			c.Stderr = nil
+			out, err := c.CombinedOutput()
+			return string(out), err
+		}
+		out, err := ping(fmt.Sprintf("%d %d", r.cred.Gid, r.cred.Gid))
+		require.NoError(t, err, "%s", out)
+		require.Contains(t, out, "2 received")
+		require.Contains(t, out, "pings up 2 down 2")
+		// Neither a raw nor a datagram socket: refused, counted, and said
+		// once at start.
+		out, err = ping("1 0")
+		require.Error(t, err, "%s", out)
+		require.Equal(t, 1, strings.Count(out, "pings to relayed destinations are refused"), "%s", out)
+		require.Contains(t, out, "refused: host_error 2")
+	})
+	t.Run("privileged port refused", func(t *testing.T) {
+		c := r.cmd(r.bin, "tun", "-p", "80:80", "--", "true")
+		c.Stderr = nil
+		out, err := c.CombinedOutput()
+		require.Error(t, err)
+		require.Contains(t, string(out), "CAP_NET_BIND_SERVICE")
+	})
+	t.Run("port forward", func(t *testing.T) {
+		port := freePort(t)
+		c := r.tun([]string{"-p", fmt.Sprintf("127.0.0.1:%d:7000", port)}, "echo-server", "7000")
+		stdin, err := c.StdinPipe()
+		require.NoError(t, err)
+		stdout, err := c.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, c.Start())
+		defer func() {
+			stdin.Close()
+			c.Wait()
+		}()
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, "ready\n", line)
+		requireEcho(t, fmt.Sprintf("127.0.0.1:%d", port))
+	})
+	t.Run("attach to pid", func(t *testing.T) {
+		needTool(t, "unshare", "util-linux")
+		needTool(t, "nsenter", "util-linux")
+		holder := r.cmd("unshare", "-rn", "sleep", "600")
+		require.NoError(t, holder.Start())
+		defer func() {
+			holder.Process.Kill()
+			holder.Wait()
+		}()
+		// unshare executes sleep in the same process once the namespaces
+		// exist: wait for that.
+		pid := holder.Process.Pid
+		require.Eventually(t, func() bool {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			return string(b) == "sleep\n"
+		}, 10*time.Second, 20*time.Millisecond)
+		n := sized(8 << 20)
+		out, err := r.tun(append([]string{"-pid", strconv.Itoa(pid)}, flags...), "fetch", fmt.Sprintf("http://%s/bytes/%d", gw(hs.http), n)).Output()
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("%s %d\n", patternSum(n), n), string(out))
+		// The device went with ustack: the namespace is the holder's again.
+		out, err = exec.Command("nsenter", "-t", strconv.Itoa(pid), "-n", "ip", "-o", "link").Output()
+		require.NoError(t, err)
+		require.NotContains(t, string(out), sandbox.DefaultDevice)
+	})
+}
+
+// TestRootlessSupervisor drives `ustack tun` without root the way
+// rootlesskit drives slirp4netns: -ready-fd, the API socket's
+// add/list/remove_hostfwd while traffic flows, and -exit-fd.
+func TestRootlessSupervisor(t *testing.T) {
+	r := setupRootless(t)
+	sockDir := filepath.Join(r.dir, "api")
+	require.NoError(t, os.Mkdir(sockDir, 0o700))
+	require.NoError(t, os.Chown(sockDir, int(r.cred.Uid), int(r.cred.Gid)))
+	sock := filepath.Join(sockDir, "api.sock")
+
+	readyR, readyW, err := os.Pipe()
+	require.NoError(t, err)
+	defer readyR.Close()
+	exitR, exitW, err := os.Pipe()
+	require.NoError(t, err)
+	defer exitW.Close()
+	c := r.tun([]string{"-ready-fd", "3", "-exit-fd", "4", "-api-socket", sock}, "echo-server", "7000")
+	c.ExtraFiles = []*os.File{readyW, exitR}
+	stdin, err := c.StdinPipe()
+	require.NoError(t, err)
+	defer stdin.Close()
+	require.NoError(t, c.Start())
+	readyW.Close()
+	exitR.Close()
+	waited := make(chan struct{})
+	go func() { c.Wait(); close(waited) }()
+	defer func() {
+		select {
+		case <-waited:
+		default:
+			c.Process.Kill()
+			<-waited
+		}
+	}()
+
+	ready, err := io.ReadAll(readyR)
+	require.NoError(t, err)
+	require.Equal(t, "1", string(ready), "-ready-fd writes 1 and closes")
+
+	// Once CMD runs, ustack confines itself (-seccomp, the default).
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.Process.Pid))
+		return strings.Contains(string(b), "Seccomp:\t2") && strings.Contains(string(b), "NoNewPrivs:\t1")
+	}, 20*time.Second, 50*time.Millisecond, "ustack tun is not under its seccomp filter")
+
+	api := func(req string) map[string]any {
+		conn, err := net.Dial("unix", sock)
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = conn.Write([]byte(req))
+		require.NoError(t, err)
+		var resp map[string]any
+		require.NoError(t, json.NewDecoder(conn).Decode(&resp))
+		return resp
+	}
+	port := freePort(t)
+	resp := api(fmt.Sprintf(`{"execute": "add_hostfwd", "arguments": {"proto": "tcp", "host_addr": "127.0.0.1", "host_port": %d, "guest_addr": "%v", "guest_port": 7000}}`, port, sandbox.DefaultAddr4.Addr()))
+	require.Contains(t, resp, "return", "%v", resp)
+	id := resp["return"].(map[string]any)["id"].(float64)
+	require.Equal(t, float64(1), id)
+
+	// The echo server inside may not listen yet: retry the first connect.
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	require.Eventually(t, func() bool {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			return false
+		}
+		defer conn.Close()
+		conn.Write([]byte("x"))
+		conn.SetReadDeadline(time.Now().Add(time.Second))
+		_, err = conn.Read(make([]byte, 1))
+		return err == nil
+	}, 20*time.Second, 100*time.Millisecond)
+	// A connection held open across the list and the remove.
+	held, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer held.Close()
+
+	resp = api(`{"execute": "list_hostfwd"}`)
+	entries := resp["return"].(map[string]any)["entries"].([]any)
+	require.Len(t, entries, 1)
+	e := entries[0].(map[string]any)
+	require.Equal(t, map[string]any{"id": float64(1), "proto": "tcp", "host_addr": "127.0.0.1", "host_port": float64(port), "guest_addr": sandbox.DefaultAddr4.Addr().String(), "guest_port": float64(7000)}, e)
+
+	resp = api(`{"execute": "remove_hostfwd", "arguments": {"id": 1}}`)
+	require.Equal(t, map[string]any{"return": map[string]any{}}, resp)
+	resp = api(`{"execute": "remove_hostfwd", "arguments": {"id": 1}}`)
+	require.Contains(t, resp, "error")
+	resp = api(`{"execute": "list_hostfwd"}`)
+	require.Empty(t, resp["return"].(map[string]any)["entries"])
+	_, err = net.Dial("tcp", addr)
+	require.Error(t, err, "the host port is closed once the forward is removed")
+	// The held connection still flows.
+	msg := []byte("still flowing")
+	_, err = held.Write(msg)
+	require.NoError(t, err)
+	got := make([]byte, len(msg))
+	held.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = io.ReadFull(held, got)
+	require.NoError(t, err)
+	require.Equal(t, msg, got)
+
+	resp = api(`{"execute": "nonsense"}`)
+	require.Contains(t, resp, "error")
+
+	// Closing the exit fd ends ustack (and the command, with SIGTERM).
+	exitW.Close()
+	select {
+	case <-waited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("ustack tun did not exit after its -exit-fd closed")
+	}
+	_, err = os.Stat(sock)
+	require.True(t, os.IsNotExist(err), "the API socket is removed")
+}
+
+// freePort is a TCP port on 127.0.0.1 free a moment ago.
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// requireEcho sends through a TCP echo at addr and checks the answer.
+func requireEcho(t *testing.T, addr string) {
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	require.NoError(t, err)
+	defer c.Close()
+	msg := bytes.Repeat([]byte("rootless "), 10000)
+	go c.Write(msg)
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	got := make([]byte, len(msg))
+	_, err = io.ReadFull(c, got)
+	require.NoError(t, err)
+	require.Equal(t, msg, got)
+}

@@ -1,0 +1,174 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+	"unsafe"
+
+	seccomp "github.com/elastic/go-seccomp-bpf"
+	"github.com/elastic/go-seccomp-bpf/arch"
+	"golang.org/x/sys/unix"
+)
+
+// relaySyscalls are the system calls a serving sandbox makes: the Go
+// runtime's (memory, threads, signals, timers, the network poller), the
+// relay's sockets and files, and waiting for and signalling the command.
+// Names the machine's architecture lacks are skipped.
+var relaySyscalls = []string{
+	// I/O on descriptors.
+	"read", "write", "readv", "writev", "pread64", "pwrite64", "preadv", "pwritev",
+	"close", "close_range", "fstat", "newfstatat", "statx", "lseek", "fcntl", "dup", "dup3",
+	"ioctl", "poll", "ppoll", "select", "pselect6", "fsync", "fstatfs", "getdents64",
+	"openat", "readlinkat", "unlinkat", "getcwd", "pipe", "pipe2", "eventfd2",
+	// Zero-copy paths net.TCPConn takes (io.Copy between sockets, files).
+	"splice", "sendfile", "copy_file_range", "tee",
+	"epoll_create", "epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "epoll_pwait2",
+	// Memory.
+	"mmap", "munmap", "mremap", "mprotect", "madvise", "brk", "mincore",
+	// Threads, scheduling, time.
+	"futex", "sched_yield", "sched_getaffinity", "nanosleep", "clock_gettime", "clock_nanosleep",
+	"clock_getres", "gettimeofday", "time", "gettid", "getpid", "getppid", "set_robust_list",
+	"timer_create", "timer_settime", "timer_delete", "setitimer", "getitimer",
+	"exit", "exit_group", "restart_syscall", "uname", "getrandom", "getrlimit", "prlimit64",
+	"getuid", "geteuid", "getgid", "getegid", "sysinfo", "rseq", "membarrier",
+	// Signals, and the command: wait for it, pass signals on.
+	"rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "sigaltstack", "rt_sigpending",
+	"tgkill", "tkill", "kill", "pidfd_send_signal", "pidfd_open", "waitid", "wait4",
+	// Sockets (socket itself is conditional, below).
+	"socketpair", "connect", "bind", "listen", "accept", "accept4", "getsockname", "getpeername",
+	"setsockopt", "getsockopt", "sendto", "recvfrom", "sendmsg", "recvmsg", "sendmmsg", "recvmmsg",
+	"shutdown",
+}
+
+// confinePolicy is the seccomp policy of a serving sandbox: relaySyscalls
+// are allowed; socket is, except for raw and packet sockets; clone is
+// only for new threads (CLONE_THREAD), so no process can be forked; every
+// other call, execve and execveat first, fails with EPERM (clone3 with
+// ENOSYS, so that glibc falls back to clone).
+func confinePolicy() (seccomp.Policy, error) {
+	info, err := arch.GetInfo("")
+	if err != nil {
+		return seccomp.Policy{}, err
+	}
+	var names []string
+	for _, n := range relaySyscalls {
+		if _, ok := info.SyscallNames[n]; ok {
+			names = append(names, n)
+		}
+	}
+	// go-seccomp-bpf v1.6.0 leaves a conditional rule's argument in the
+	// accumulator when the rule does not match, and the next group then
+	// compares it as if it were the system call's number: so the
+	// unconditional groups come first and the conditional ones last,
+	// socket's (whose argument is never a syscall number clone's check
+	// would take) before clone's, after which only the default remains.
+	var socketSets []seccomp.ArgumentConditions
+	for _, typ := range []uint64{unix.SOCK_STREAM, unix.SOCK_DGRAM} {
+		for _, flags := range []uint64{0, unix.SOCK_CLOEXEC, unix.SOCK_NONBLOCK, unix.SOCK_CLOEXEC | unix.SOCK_NONBLOCK} {
+			socketSets = append(socketSets, seccomp.ArgumentConditions{
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_PACKET},
+				{Argument: 1, Operation: seccomp.Equal, Value: typ | flags},
+			})
+		}
+	}
+	var socketRules []seccomp.NameWithConditions
+	for _, c := range socketSets {
+		socketRules = append(socketRules, seccomp.NameWithConditions{Name: "socket", Conditions: c})
+	}
+	p := seccomp.Policy{
+		DefaultAction: seccomp.ActionErrno,
+		Syscalls: []seccomp.SyscallGroup{
+			{
+				// glibc's pthread_create (cgo's threads) tries clone3
+				// first and falls back to clone on ENOSYS only; clone3's
+				// flags are in memory, out of a filter's sight, so it is
+				// refused as missing.
+				Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS),
+				Names:  []string{"clone3"},
+			},
+			{Action: seccomp.ActionAllow, Names: names},
+			// Stream and datagram sockets of any family but AF_PACKET,
+			// with or without the flags Go and x/net/icmp give: not
+			// SOCK_RAW.
+			{Action: seccomp.ActionAllow, NamesWithCondtions: socketRules},
+			{
+				Action: seccomp.ActionAllow,
+				NamesWithCondtions: []seccomp.NameWithConditions{
+					{Name: "clone", Conditions: seccomp.ArgumentConditions{{Argument: 0, Operation: seccomp.BitsSet, Value: unix.CLONE_THREAD}}},
+				},
+			},
+		},
+	}
+	return p, nil
+}
+
+// Confine confines this process once the sandbox serves (and its command,
+// if any, runs: commands started afterwards would inherit the filter and
+// could not be executed). It opens the ping relay's host sockets, drops
+// every capability but CAP_NET_BIND_SERVICE (kept if held, for
+// forwards added through the API) from every thread, sets no_new_privs
+// and loads a seccomp filter on every thread (TSYNC) that allows only the
+// system calls the relay needs (relaySyscalls): a denied call fails with
+// EPERM, so the process can no longer execute a program, fork, or open a
+// raw or packet socket. It cannot be undone.
+func (s *Sandbox) Confine() error {
+	s.fw.OpenEcho()
+	capErr := dropCapabilities()
+	if capErr != nil && !errors.Is(capErr, ErrCapabilitiesKept) {
+		return capErr
+	}
+	p, err := confinePolicy()
+	if err != nil {
+		return fmt.Errorf("sandbox: seccomp policy: %w", err)
+	}
+	if !seccomp.Supported() {
+		return fmt.Errorf("sandbox: this kernel has no seccomp filters (CONFIG_SECCOMP_FILTER): turn confinement off (-seccomp=false)")
+	}
+	if err := seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: p}); err != nil {
+		return fmt.Errorf("sandbox: load the seccomp filter: %w", err)
+	}
+	return capErr
+}
+
+// ErrCapabilitiesKept is what Confine returns, once it has loaded its
+// filter, when it could not drop this process's capabilities: changing
+// every thread's takes a program built without cgo (CGO_ENABLED=0, or
+// the tags netgo,osusergo), for the Go runtime's AllThreadsSyscall.
+var ErrCapabilitiesKept = errors.New("sandbox: capabilities kept: dropping them from every thread takes a build without cgo (CGO_ENABLED=0 go build); the seccomp filter is loaded")
+
+// dropCapabilities leaves every thread only CAP_NET_BIND_SERVICE, if it
+// had it, and empties the bounding set but for it.
+func dropCapabilities() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("sandbox: capget: %w", err)
+	}
+	if data[0].Permitted == 0 && data[1].Permitted == 0 {
+		return nil // unprivileged: nothing to drop
+	}
+	const keep = unix.CAP_NET_BIND_SERVICE
+	had := data[0].Permitted&(1<<keep) != 0
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_GETPID, 0, 0, 0); e == unix.ENOTSUP {
+		return ErrCapabilitiesKept
+	}
+	// The bounding set first: dropping from it takes CAP_SETPCAP, which
+	// goes with the rest below. Without it (no privilege at all), the
+	// empty permitted set and no_new_privs bound us already.
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if c == keep {
+			continue
+		}
+		syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0)
+	}
+	data = [2]unix.CapUserData{}
+	if had {
+		data[0].Permitted = 1 << keep
+		data[0].Effective = 1 << keep
+	}
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return fmt.Errorf("sandbox: drop capabilities: %w", e)
+	}
+	return nil
+}

@@ -1,0 +1,631 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/ustack-dev/ustack/link/tun"
+)
+
+// helperEnv carries, to the re-executed rootless helper (Init), what it is
+// to set up, as JSON (helperSpec).
+const helperEnv = "USTACK_SANDBOX_HELPER"
+
+// helperFD is the helper's end of its unix socket to this process: the
+// first of exec.Cmd.ExtraFiles.
+const helperFD = 3
+
+// helperSpec is what the helper sets up.
+type helperSpec struct {
+	Device    string
+	MTU       uint32
+	NoOffload bool
+	Addrs     []netip.Prefix
+	Gateway4  netip.Addr
+	Gateway6  netip.Addr
+	NoIPv6    bool
+	// AwaitMap: the parent writes the uid and gid maps (newuidmap) after
+	// the helper started; the helper waits for its word, then re-executes
+	// itself to gain its capabilities as the namespace's root.
+	AwaitMap bool
+	// NewMountNS: the helper must create its own mount namespace before
+	// binding resolv.conf (it joined namespaces through nsenter instead of
+	// being cloned into new ones).
+	NewMountNS bool
+}
+
+// helperMsg is one message on the helper's socket, either way.
+type helperMsg struct {
+	Err  string   `json:",omitempty"` // helper: setup failed
+	Name string   `json:",omitempty"` // helper: the TUN device's name (the fd rides along)
+	Path string   `json:",omitempty"` // parent: run this command (stdin, stdout, stderr ride along)
+	Args []string `json:",omitempty"`
+	Env  []string `json:",omitempty"`
+	Dir  string   `json:",omitempty"`
+	// Resolv is the file to bind over /etc/resolv.conf, or "".
+	Resolv string `json:",omitempty"`
+}
+
+// helper is a rootless sandbox's helper process, which holds the
+// namespaces and becomes the sandbox's command.
+type helper struct {
+	cmd  *exec.Cmd
+	sock *os.File // this process's end of the socket
+	done chan struct{}
+	err  error // cmd.Wait's, once done is closed
+
+	mu      sync.Mutex
+	started bool // the helper was told to run a command
+}
+
+// rootless reports whether New must go through a user namespace: without
+// root, creating or entering a network namespace takes one.
+func rootless() bool { return os.Geteuid() != 0 }
+
+// startHelper starts the helper in new user, network and mount namespaces
+// (cfg.NetNS == "") or in cfg.NetNS and the user namespace that owns it,
+// lets it create and configure the TUN device, and adopts the device's
+// descriptor.
+func startHelper(cfg *Config) (*namespace, *tun.Endpoint, error) {
+	if cfg.Queues > 1 {
+		return nil, nil, fmt.Errorf("sandbox: %d TUN queues: without root the device is created in a helper and passed over as one descriptor: use 1 queue, or run as root", cfg.Queues)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox: find this program to re-execute as the namespace helper: %w", err)
+	}
+	spec := helperSpec{
+		Device: cfg.Device, MTU: cfg.MTU, NoOffload: cfg.NoOffload,
+		Addrs: []netip.Prefix{cfg.Addr4}, Gateway4: cfg.Gateway4, Gateway6: cfg.Gateway6, NoIPv6: cfg.NoIPv6,
+	}
+	if !cfg.NoIPv6 {
+		spec.Addrs = append(spec.Addrs, cfg.Addr6)
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox: socket to the namespace helper: %w", os.NewSyscallError("socketpair", err))
+	}
+	mine, theirs := os.NewFile(uintptr(fds[0]), "ustack-helper"), os.NewFile(uintptr(fds[1]), "ustack-helper")
+	// Closed once the helper has its copy (or failed to start), so that
+	// the helper's end closing reads as EOF here.
+	defer theirs.Close()
+	h := &helper{sock: mine, done: make(chan struct{})}
+	var extra []*os.File
+	var mapper func(pid int) error
+	if cfg.NetNS == "" {
+		h.cmd = exec.Command(self, "ustack-sandbox-helper")
+		h.cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET | syscall.CLONE_NEWNS}
+		mode, note := usernsMap(cfg.UsernsMap)
+		if note != "" {
+			fmt.Fprintf(os.Stderr, "ustack sandbox: %s\n", note)
+		}
+		if mode == UsernsMapAuto {
+			spec.AwaitMap = true
+			mapper = mapAuto
+		} else {
+			h.cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
+			h.cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
+			h.cmd.SysProcAttr.GidMappingsEnableSetgroups = false
+		}
+	} else {
+		args, files, err := joinArgs(cfg.NetNS, cfg.UserNS)
+		if err != nil {
+			mine.Close()
+			return nil, nil, err
+		}
+		defer func() {
+			for _, f := range files {
+				f.Close()
+			}
+		}()
+		extra = files
+		nsenter, err := exec.LookPath("nsenter")
+		if err != nil {
+			mine.Close()
+			return nil, nil, fmt.Errorf("sandbox: serve %s without root: joining its user namespace takes nsenter (util-linux), which is not on PATH: install util-linux, or run as root", cfg.NetNS)
+		}
+		h.cmd = exec.Command(nsenter, append(args, "--", self, "ustack-sandbox-helper")...)
+		h.cmd.SysProcAttr = &syscall.SysProcAttr{}
+		spec.NewMountNS = true
+	}
+	js, err := json.Marshal(spec)
+	if err != nil {
+		mine.Close()
+		return nil, nil, fmt.Errorf("sandbox: %w", err)
+	}
+	h.cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	h.cmd.Env = append(os.Environ(), helperEnv+"="+string(js))
+	h.cmd.ExtraFiles = append([]*os.File{theirs}, extra...)
+	h.cmd.Stderr = os.Stderr
+	if err := h.cmd.Start(); err != nil {
+		mine.Close()
+		if cfg.NetNS == "" {
+			return nil, nil, fmt.Errorf("sandbox: create user, network and mount namespaces: %w: unprivileged user namespaces may be off (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0, or the AppArmor restriction kernel.apparmor_restrict_unprivileged_userns=0), or run as root", err)
+		}
+		return nil, nil, fmt.Errorf("sandbox: start the namespace helper: %w", err)
+	}
+	theirs.Close()
+	for _, f := range extra {
+		f.Close()
+	}
+	go func() {
+		h.err = h.cmd.Wait()
+		close(h.done)
+	}()
+	ns := &namespace{path: cfg.NetNS, helper: h}
+	ok := false
+	defer func() {
+		if !ok {
+			ns.close()
+		}
+	}()
+	if mapper != nil {
+		if err := mapper(h.cmd.Process.Pid); err != nil {
+			return nil, nil, err
+		}
+		if err := sendMsg(mine, helperMsg{}, nil); err != nil {
+			return nil, nil, fmt.Errorf("sandbox: tell the namespace helper it is mapped: %w", err)
+		}
+	}
+	m, got, err := recvMsg(mine, 1)
+	if err != nil {
+		<-h.done
+		return nil, nil, fmt.Errorf("sandbox: the namespace helper ended before passing the TUN device (%v): %w", h.err, err)
+	}
+	if m.Err != "" {
+		return nil, nil, errors.New(m.Err)
+	}
+	if len(got) != 1 {
+		closeAll(got)
+		return nil, nil, errors.New("sandbox: the namespace helper passed no TUN descriptor")
+	}
+	ep, err := tun.OpenFD(got[0], &tun.Options{MTU: cfg.MTU, NoOffload: cfg.NoOffload})
+	if err != nil {
+		unix.Close(got[0])
+		return nil, nil, fmt.Errorf("sandbox: adopt %s from the namespace helper: %w", m.Name, err)
+	}
+	ok = true
+	return ns, ep, nil
+}
+
+// joinArgs are nsenter's arguments to enter the network namespace at path
+// and the user namespace that owns it (or userns, if given), and the
+// descriptors they name, to pass as ExtraFiles from fd 4 on.
+func joinArgs(path, userns string) ([]string, []*os.File, error) {
+	netf, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sandbox: open network namespace %s: %w (give /var/run/netns/NAME or /proc/PID/ns/net)", path, err)
+	}
+	var userf *os.File
+	if userns != "" {
+		if userf, err = os.Open(userns); err != nil {
+			netf.Close()
+			return nil, nil, fmt.Errorf("sandbox: open user namespace %s: %w (give /proc/PID/ns/user)", userns, err)
+		}
+	} else {
+		fd, err := unix.IoctlRetInt(int(netf.Fd()), unix.NS_GET_USERNS)
+		if err != nil {
+			netf.Close()
+			return nil, nil, fmt.Errorf("sandbox: find the user namespace owning %s: %w: name it with -userns /proc/PID/ns/user", path, os.NewSyscallError("ioctl NS_GET_USERNS", err))
+		}
+		userf = os.NewFile(uintptr(fd), "userns")
+	}
+	var own, target unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/user", &own); err != nil {
+		netf.Close()
+		userf.Close()
+		return nil, nil, fmt.Errorf("sandbox: %w", err)
+	}
+	if err := unix.Fstat(int(userf.Fd()), &target); err != nil {
+		netf.Close()
+		userf.Close()
+		return nil, nil, fmt.Errorf("sandbox: %w", err)
+	}
+	if own.Ino == target.Ino && own.Dev == target.Dev {
+		// Entering the namespace we are in is refused (EINVAL), and would
+		// give no privilege: its owner is the host, so serving it needs root.
+		userf.Close()
+		return []string{"--net=/proc/self/fd/4"}, []*os.File{netf}, nil
+	}
+	// Credentials kept: nsenter would otherwise setgroups, which a user
+	// namespace made by `unshare -r` denies; our uid is then whatever the
+	// namespace maps it to, root for `unshare -r` and for ours.
+	return []string{"--preserve-credentials", "--user=/proc/self/fd/5", "--net=/proc/self/fd/4"}, []*os.File{netf, userf}, nil
+}
+
+// usernsMap picks the mapping for a new user namespace: the one asked
+// for, or auto where newuidmap, newgidmap and ranges in /etc/subuid and
+// /etc/subgid exist and self otherwise, with a note saying why.
+func usernsMap(asked string) (mode, note string) {
+	if asked == UsernsMapSelf {
+		return UsernsMapSelf, ""
+	}
+	why := autoMissing()
+	switch {
+	case why == "":
+		return UsernsMapAuto, ""
+	case asked == UsernsMapAuto:
+		return UsernsMapSelf, "user namespace map auto: " + why + "; mapping only your uid and gid to root inside (self)"
+	}
+	return UsernsMapSelf, ""
+}
+
+// autoMissing says what the auto mapping lacks, or "".
+func autoMissing() string {
+	for _, tool := range []string{"newuidmap", "newgidmap"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return tool + " is not installed (package uidmap)"
+		}
+	}
+	for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
+		if _, _, err := subRange(f); err != nil {
+			return err.Error()
+		}
+	}
+	return ""
+}
+
+// subRange finds the caller's first range in /etc/subuid or /etc/subgid.
+func subRange(file string) (start, count int, err error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", file, err)
+	}
+	names := []string{strconv.Itoa(os.Getuid())}
+	if file == "/etc/subgid" {
+		names = []string{strconv.Itoa(os.Getgid())}
+	}
+	if u, err := lookupName(os.Getuid()); err == nil {
+		names = append(names, u)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(strings.TrimSpace(line), ":")
+		if len(f) != 3 {
+			continue
+		}
+		for _, n := range names {
+			if f[0] != n {
+				continue
+			}
+			s, err1 := strconv.Atoi(f[1])
+			c, err2 := strconv.Atoi(f[2])
+			if err1 == nil && err2 == nil && c > 0 {
+				return s, c, nil
+			}
+		}
+	}
+	return 0, 0, fmt.Errorf("%s has no range for uid %d (add one with usermod --add-subuids/--add-subgids)", file, os.Getuid())
+}
+
+// lookupName is the user name of uid, from /etc/passwd.
+func lookupName(uid int) (string, error) {
+	b, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) > 2 && f[2] == strconv.Itoa(uid) {
+			return f[0], nil
+		}
+	}
+	return "", fmt.Errorf("uid %d not in /etc/passwd", uid)
+}
+
+// mapAuto writes the helper's uid and gid maps through newuidmap and
+// newgidmap: root inside is the caller, 1 and up the caller's range.
+func mapAuto(pid int) error {
+	for _, m := range []struct {
+		tool, file string
+		id         int
+	}{{"newuidmap", "/etc/subuid", os.Getuid()}, {"newgidmap", "/etc/subgid", os.Getgid()}} {
+		start, count, err := subRange(m.file)
+		if err != nil {
+			return fmt.Errorf("sandbox: %w", err)
+		}
+		out, err := exec.Command(m.tool, strconv.Itoa(pid), "0", strconv.Itoa(m.id), "1", "1", strconv.Itoa(start), strconv.Itoa(count)).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("sandbox: %s: %v: %s (use -userns-map self to map only your own ids)", m.tool, err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
+
+// sendMsg sends m with fds over the helper socket.
+func sendMsg(f *os.File, m helperMsg, fds []int) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	return os.NewSyscallError("sendmsg", unix.Sendmsg(int(f.Fd()), b, oob, nil, 0))
+}
+
+// recvMsg receives one message and up to max descriptors; io.EOF when the
+// other end is gone.
+func recvMsg(f *os.File, max int) (helperMsg, []int, error) {
+	var m helperMsg
+	b := make([]byte, 1<<20)
+	oob := make([]byte, unix.CmsgSpace(4*max))
+	n, oobn, _, _, err := unix.Recvmsg(int(f.Fd()), b, oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return m, nil, os.NewSyscallError("recvmsg", err)
+	}
+	var fds []int
+	if oobn > 0 {
+		cms, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err == nil {
+			for _, cm := range cms {
+				if got, err := unix.ParseUnixRights(&cm); err == nil {
+					fds = append(fds, got...)
+				}
+			}
+		}
+	}
+	if n == 0 && len(fds) == 0 {
+		return m, nil, io.EOF
+	}
+	if err := json.Unmarshal(b[:n], &m); err != nil {
+		closeAll(fds)
+		return m, nil, fmt.Errorf("bad message from the other end of the helper socket: %w", err)
+	}
+	return m, fds, nil
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// closeHelper ends the helper unless it runs the command: closing the
+// socket tells it to exit; then it is reaped.
+func (h *helper) close() {
+	h.sock.Close()
+	h.mu.Lock()
+	started := h.started
+	h.mu.Unlock()
+	if !started {
+		<-h.done
+	}
+}
+
+// run has the helper become cmd, handing it cmd's standard files, and
+// waits for it.
+func (h *helper) run(cmd *exec.Cmd, resolv string, started func()) error {
+	if cmd.Err != nil {
+		return cmd.Err
+	}
+	env := cmd.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	var (
+		files   []*os.File // ours to close once the helper has them
+		copiers sync.WaitGroup
+		stdio   [3]int
+	)
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for i, s := range []any{cmd.Stdin, cmd.Stdout, cmd.Stderr} {
+		switch v := s.(type) {
+		case *os.File:
+			stdio[i] = int(v.Fd())
+			continue
+		case nil:
+			f, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+			if err != nil {
+				return fmt.Errorf("sandbox: %w", err)
+			}
+			files = append(files, f)
+			stdio[i] = int(f.Fd())
+			continue
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			return fmt.Errorf("sandbox: pipe for the command's standard files: %w", err)
+		}
+		copiers.Add(1)
+		if i == 0 {
+			files = append(files, r)
+			stdio[i] = int(r.Fd())
+			go func() {
+				defer copiers.Done()
+				io.Copy(w, s.(io.Reader))
+				w.Close()
+			}()
+		} else {
+			files = append(files, w)
+			stdio[i] = int(w.Fd())
+			go func() {
+				defer copiers.Done()
+				io.Copy(s.(io.Writer), r)
+				r.Close()
+			}()
+		}
+	}
+	h.mu.Lock()
+	h.started = true
+	h.mu.Unlock()
+	m := helperMsg{Path: cmd.Path, Args: cmd.Args, Env: env, Dir: cmd.Dir, Resolv: resolv}
+	if err := sendMsg(h.sock, m, stdio[:]); err != nil {
+		h.mu.Lock()
+		h.started = false
+		h.mu.Unlock()
+		return fmt.Errorf("sandbox: hand the command to the namespace helper: %w", err)
+	}
+	for _, f := range files {
+		f.Close()
+	}
+	files = nil
+	started()
+	<-h.done
+	// As exec.Cmd.Wait does: the output copiers end with the command's
+	// last writer, the input one at the end of Stdin (or at its first
+	// write after the command is gone).
+	copiers.Wait()
+	return h.err
+}
+
+// process is the helper's process (the command's, once it runs one).
+func (h *helper) process() *os.Process { return h.cmd.Process }
+
+// helperMain is the helper: it sets up the TUN device in the namespaces it
+// was started in, passes its descriptor back, and waits to become the
+// sandbox's command. It never returns.
+func helperMain(specJSON string) {
+	sock := os.NewFile(helperFD, "ustack-helper")
+	fail := func(format string, a ...any) {
+		sendMsg(sock, helperMsg{Err: fmt.Sprintf(format, a...)}, nil)
+		os.Exit(1)
+	}
+	var spec helperSpec
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+		fail("sandbox helper: %s: %v", helperEnv, err)
+	}
+	if spec.AwaitMap {
+		// Once mapped, this process is root in the namespace, but it
+		// lost its capabilities when it was started unmapped: executing
+		// again gives them back, as to any root.
+		if _, _, err := recvMsg(sock, 0); err != nil {
+			os.Exit(1)
+		}
+		spec.AwaitMap = false
+		js, _ := json.Marshal(spec)
+		env := append(withoutEnv(os.Environ(), helperEnv), helperEnv+"="+string(js))
+		err := unix.Exec("/proc/self/exe", os.Args, env)
+		fail("sandbox helper: execute again once mapped: %v", err)
+	}
+	fd, name, err := createTUN(&spec)
+	if err != nil {
+		fail("%v", err)
+	}
+	if err := sendMsg(sock, helperMsg{Name: name}, []int{fd}); err != nil {
+		os.Exit(1)
+	}
+	unix.Close(fd)
+	m, stdio, err := recvMsg(sock, 3)
+	if err != nil || m.Path == "" || len(stdio) != 3 {
+		os.Exit(0) // the sandbox closed without a command
+	}
+	for i, fd := range stdio {
+		if err := unix.Dup3(fd, i, 0); err != nil {
+			fmt.Fprintf(os.Stderr, "ustack sandbox: standard file %d: %v\n", i, err)
+			os.Exit(127)
+		}
+		if fd > 2 {
+			unix.Close(fd)
+		}
+	}
+	sock.Close()
+	if m.Resolv != "" {
+		// The mount namespace and the exec must be the same thread's when
+		// the namespace is made here.
+		runtime.LockOSThread()
+		if spec.NewMountNS {
+			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+				fmt.Fprintf(os.Stderr, "ustack sandbox: create a mount namespace: %v; the command uses the host's resolver configuration\n", err)
+				m.Resolv = ""
+			}
+		}
+		if m.Resolv != "" {
+			bindResolv(m.Resolv)
+		}
+	}
+	if m.Dir != "" {
+		if err := os.Chdir(m.Dir); err != nil {
+			fmt.Fprintf(os.Stderr, "ustack sandbox: %v\n", err)
+			os.Exit(127)
+		}
+	}
+	execCommand(m.Path, m.Args, m.Env)
+}
+
+// withoutEnv is env without name's entries.
+func withoutEnv(env []string, name string) []string {
+	var out []string
+	for _, e := range env {
+		if !strings.HasPrefix(e, name+"=") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// createTUN creates the TUN device in this process's network namespace,
+// gives it the sandbox's addresses, MTU and routes, brings it and lo up,
+// and returns its descriptor.
+func createTUN(spec *helperSpec) (int, string, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, "", fmt.Errorf("sandbox: open /dev/net/tun: %w: without root the device must be usable by everyone (mode 0666, as distributions ship it: chmod 0666 /dev/net/tun)", err)
+	}
+	ifr, err := unix.NewIfreq(spec.Device)
+	if err != nil {
+		unix.Close(fd)
+		return -1, "", fmt.Errorf("sandbox: device name %q: %w", spec.Device, err)
+	}
+	flags := uint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	if !spec.NoOffload {
+		flags |= unix.IFF_VNET_HDR
+	}
+	ifr.SetUint16(flags)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return -1, "", fmt.Errorf("sandbox: create TUN device %s in the namespace: %w: the helper lacks CAP_NET_ADMIN over the namespace (is its user namespace ours?)", spec.Device, os.NewSyscallError("ioctl TUNSETIFF", err))
+	}
+	name := ifr.Name()
+	fail := func(err error) (int, string, error) {
+		unix.Close(fd)
+		return -1, "", err
+	}
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return fail(fmt.Errorf("sandbox: find %s: %w", name, err))
+	}
+	if err := netlink.LinkSetMTU(l, int(spec.MTU)); err != nil {
+		return fail(fmt.Errorf("sandbox: set MTU %d on %s: %w", spec.MTU, name, err))
+	}
+	for _, p := range spec.Addrs {
+		a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+		if p.Addr().Is6() {
+			a.Flags |= unix.IFA_F_NODAD
+		}
+		if err := netlink.AddrReplace(l, a); err != nil {
+			return fail(fmt.Errorf("sandbox: add address %v to %s: %w", p, name, err))
+		}
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		return fail(fmt.Errorf("sandbox: set %s up: %w", name, err))
+	}
+	c := &Config{Gateway4: spec.Gateway4, Gateway6: spec.Gateway6, NoIPv6: spec.NoIPv6}
+	if err := routeVia(name, c); err != nil {
+		return fail(err)
+	}
+	if lo, err := netlink.LinkByName("lo"); err == nil {
+		if err := netlink.LinkSetUp(lo); err != nil {
+			return fail(fmt.Errorf("sandbox: set lo up in the namespace: %w", err))
+		}
+	}
+	return fd, name, nil
+}
