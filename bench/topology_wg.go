@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"sync/atomic"
+	"time"
 
 	"golang.zx2c4.com/wireguard/tun"
 	"golang.zx2c4.com/wireguard/tun/netstack"
@@ -179,7 +180,47 @@ func wgTopology(c Config) (*topology, error) {
 		return nil, err
 	}
 	t.closers = append(t.closers, devA.Close, devB.Close)
+	if c.Link == LinkWGNetstack {
+		// Runs first: closers run last to first.
+		t.closers = append(t.closers, func() { quiesce(tuns) })
+	}
 	return t, nil
+}
+
+// Closing wireguard-go's netstack TUN (netTun.Close) closes the channel its
+// stack's WriteNotify sends each outgoing packet on without waiting for a
+// send in flight: a data race, and a panic if the send comes after. The
+// workload has closed its sockets when the topology closes, but the
+// stacks may still be exchanging FINs and ACKs, so wgTopology first waits
+// until neither TUN has carried a packet for quietFor, at most quietMax.
+// The limits are generous beside an in-process round trip (tens of
+// microseconds) and small beside a cell.
+const (
+	quietFor = 20 * time.Millisecond
+	quietMax = time.Second
+)
+
+// quiesce waits until the counting TUNs in tuns stop carrying packets
+// (see quietFor).
+func quiesce(tuns [2]tun.Device) {
+	total := func() uint64 {
+		var n uint64
+		for _, d := range tuns {
+			if ct, ok := d.(*countingTUN); ok {
+				n += ct.read.Load() + ct.written.Load()
+			}
+		}
+		return n
+	}
+	deadline := time.Now().Add(quietMax)
+	for last := total(); time.Now().Before(deadline); {
+		time.Sleep(quietFor)
+		now := total()
+		if now == last {
+			return
+		}
+		last = now
+	}
 }
 
 // onlyNIC returns the ID of the stack's one NIC (a wgnet.Net has one).
