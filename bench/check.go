@@ -16,7 +16,15 @@ import (
 // check the mem link's results with it, and integration's the device
 // links'. Where links differ, it says so by link:
 //
-//   - kveth has no ustack host, so its cache column is "-";
+//   - kveth and wg-netstack have no ustack host, so their cache column
+//     is "-"; wg-netstack's qdisc is sched.None (wireguard-go's netstack
+//     has none), kveth's KernelQdisc;
+//   - on wg and wg-netstack, a TCP test's sent and received packets are
+//     those crossing the TUNs (client's read by wireguard-go, server's
+//     written by it), counted the same way on both so that they compare;
+//     their wire (bindtest's channels) loses nothing on purpose, so a
+//     TCP test's loss must be 0 (a packet wireguard-go drops from its
+//     queues is TCP's to recover, as on any path);
 //   - udp_stream has no flow control on any link: a receiver starved on a
 //     loaded machine (or behind a queue that drops) may get nothing in a
 //     short window, so only received <= sent is required, with the
@@ -38,7 +46,7 @@ func (r Result) Check(c Config) error {
 		return bad("size %d, want %d", r.Size, c.size())
 	}
 	wantCache := c.Cache.String()
-	if c.Link == "kveth" {
+	if c.Link == "kveth" || c.Link == LinkWGNetstack {
 		wantCache = "-" // no ustack host to cache in
 	}
 	if r.Cache != wantCache {
@@ -67,6 +75,9 @@ func (r Result) Check(c Config) error {
 		if !(r.Gbps > 0) {
 			return bad("no payload arrived (%v Gb/s)", r.Gbps)
 		}
+	}
+	if isWG(c.Link) && (r.Test == TCPStream || r.Test == TCPRR) && r.LossPct != 0 {
+		return bad("loss %v%% on link %s, whose wire loses nothing on purpose", r.LossPct, c.Link)
 	}
 	if !(r.LossPct >= 0 && r.LossPct <= 100) {
 		return bad("loss %v%% is not a share", r.LossPct)

@@ -9,6 +9,7 @@ import (
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/afpacket"
 	"github.com/ustack-dev/ustack/link/mem"
+	"github.com/ustack-dev/ustack/link/pktio"
 	"github.com/ustack-dev/ustack/link/tun"
 	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
@@ -34,9 +35,16 @@ func Tests() []string { return []string{UDPStream, TCPStream, TCPRR, UDPRR} }
 //   - tun: ustack on a TUN device, the Linux stack on its kernel side.
 //   - kveth: the Linux stack at both ends of a veth pair: the baseline
 //     ustack's veth numbers are compared with.
+//   - wg-netstack: two wireguard-go devices in this process, joined in
+//     memory, with wireguard-go's own netstack (gVisor, no qdisc) behind
+//     each: the baseline of wg (no privileges).
+//   - wg: the same tunnel with ustack (package wgnet) behind each device
+//     (no privileges).
 //
-// veth, tun and kveth need root (CAP_SYS_ADMIN and CAP_NET_ADMIN).
-func Links() []string { return []string{"mem", "veth", "tun", "kveth"} }
+// veth, tun and kveth need root (CAP_SYS_ADMIN and CAP_NET_ADMIN). The
+// baseline comes before what is compared with it, so that -link all's
+// vs_first column compares wg with wg-netstack (see Ratio).
+func Links() []string { return []string{"mem", "veth", "tun", "kveth", LinkWGNetstack, LinkWG} }
 
 // KernelQdisc is the qdisc column of kveth cells: the kernel's own.
 const KernelQdisc = "kernel"
@@ -83,7 +91,9 @@ type Config struct {
 	// Reverse puts the Linux stack on the client side (veth, tun, kveth):
 	// ustack then receives the stream and answers the requests.
 	Reverse bool
-	// MTU of a device link (veth, tun, kveth); 0 means 1500.
+	// MTU of a device link (veth, tun, kveth), or of the wire a WireGuard
+	// link's tunnel would run over (wg, wg-netstack: the TUNs get
+	// wgOverhead less); 0 means 1500.
 	MTU int
 	// Impair injects faults (package impair): on a device link (veth,
 	// tun) around ustack's device endpoint, both directions; on mem around
@@ -135,14 +145,26 @@ func (c Config) Validate() error {
 	} else if !sched.Known(c.Qdisc) {
 		return &sched.UnknownError{Name: c.Qdisc}
 	}
+	if c.Link == LinkWGNetstack && c.Qdisc != sched.None {
+		return fmt.Errorf("link %s runs wireguard-go's netstack, which has no qdisc (%s), not %q", LinkWGNetstack, sched.None, c.Qdisc)
+	}
 	if err := c.BusyPoll.Check(); err != nil {
 		return err
 	}
-	if c.Link == "kveth" && c.BusyPoll.Kind != poll.Off {
-		return fmt.Errorf("link kveth has no ustack host to busy poll")
+	if (c.Link == "kveth" || c.Link == LinkWGNetstack) && c.BusyPoll.Kind != poll.Off {
+		return fmt.Errorf("link %s has no ustack host to busy poll", c.Link)
 	}
-	if c.Link == "mem" && c.Reverse {
+	if (c.Link == "mem" || isWG(c.Link)) && c.Reverse {
 		return fmt.Errorf("reverse needs a kernel end: use link veth, tun or kveth")
+	}
+	if isWG(c.Link) {
+		if c.Impair.Active() {
+			return fmt.Errorf("link %s takes no impairments: its wire is wireguard-go's in-memory bind", c.Link)
+		}
+		if m := c.mtu() - wgOverhead; m < pktio.MinMTU || m > pktio.MaxMTU {
+			return fmt.Errorf("mtu %d: link %s's TUNs get %d less, which must be from %d to %d: use an MTU from %d to %d",
+				c.mtu(), c.Link, wgOverhead, pktio.MinMTU, pktio.MaxMTU, pktio.MinMTU+wgOverhead, pktio.MaxMTU+wgOverhead)
+		}
 	}
 	if c.Senders < 1 || c.Senders > MaxSessions {
 		return fmt.Errorf("senders %d: must be from 1 to %d", c.Senders, MaxSessions)
@@ -194,20 +216,25 @@ type Plan struct {
 // test, then qdisc, then busy polling mode, then senders, then cache
 // setting (so that a cache off/on pair sits side by side). A kveth link
 // runs once per test and senders, with the kernel's qdisc, no busy polling
-// and no cache setting (it has no ustack host).
+// and no cache setting (it has no ustack host); so does wg-netstack, with
+// no qdisc (sched.None).
 func (p Plan) Cells() []Config {
 	var cells []Config
 	for _, l := range p.Links {
 		qdiscs := p.Qdiscs
-		if l == "kveth" {
+		noUstack := l == "kveth" || l == LinkWGNetstack
+		switch l {
+		case "kveth":
 			qdiscs = []string{KernelQdisc}
+		case LinkWGNetstack:
+			qdiscs = []string{sched.None}
 		}
 		polls := p.BusyPolls
-		if len(polls) == 0 || l == "kveth" {
+		if len(polls) == 0 || noUstack {
 			polls = []poll.Mode{{}}
 		}
 		caches := p.Caches
-		if len(caches) == 0 || l == "kveth" {
+		if len(caches) == 0 || noUstack {
 			caches = []stack.CacheMode{stack.CacheDefault}
 		}
 		for _, t := range p.Tests {

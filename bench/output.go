@@ -25,8 +25,10 @@ func (r Result) Rate() float64 {
 
 // Ratio returns each result's headline rate divided by that of the first
 // result (in order) with the same test, link, senders and size: in a run
-// whose first qdisc is a baseline, how each qdisc compares with it. It is
-// NaN where the baseline's rate is 0.
+// whose first qdisc is a baseline, how each qdisc compares with it. The
+// WireGuard links count as one link, so that in a run with wg-netstack
+// before wg (as Links and -link all order them) each wg row is compared
+// with wireguard-go's netstack. It is NaN where the baseline's rate is 0.
 func Ratio(rs []Result) []float64 {
 	type key struct {
 		test, link    string
@@ -35,7 +37,11 @@ func Ratio(rs []Result) []float64 {
 	base := map[key]float64{}
 	out := make([]float64, len(rs))
 	for i, r := range rs {
-		k := key{r.Test, r.Link, r.Senders, r.Size}
+		l := r.Link
+		if isWG(l) {
+			l = LinkWG
+		}
+		k := key{r.Test, l, r.Senders, r.Size}
 		b, ok := base[k]
 		if !ok {
 			b = r.Rate()
@@ -85,7 +91,8 @@ func WriteCSV(w io.Writer, rs []Result) error {
 }
 
 // WriteTable writes an aligned table, with a last column comparing each
-// row's headline rate with the first row's at the same test and senders.
+// row's headline rate with the first row's at the same test and senders
+// (Ratio).
 // A busypoll column appears when any row busy polls, a cache column when
 // the rows differ in their cache setting.
 func WriteTable(w io.Writer, rs []Result) error {

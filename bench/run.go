@@ -22,7 +22,10 @@ type Result struct {
 	Size      int     `json:"size"`
 	DurationS float64 `json:"duration_s"` // the measured window
 	// SentPPS and RecvPPS: datagrams (UDP tests) or client-to-server link
-	// packets (TCP tests) per second, sent and received.
+	// packets (TCP tests) per second, sent and received. On the WireGuard
+	// links (wg, wg-netstack) a TCP test's link packets are those
+	// crossing the TUNs: read by wireguard-go from the client's, written
+	// by it to the server's.
 	SentPPS float64 `json:"sent_pps"`
 	RecvPPS float64 `json:"recv_pps"`
 	// Gbps is application payload received, in 10^9 bits per second.
@@ -55,7 +58,7 @@ type Result struct {
 	BusyPoll      string         `json:"busypoll"`
 	BusyPollStats *BusyPollStats `json:"busypoll_stats,omitempty"`
 	// Cache is the ustack hosts' buffer cache setting, "on" or "off"
-	// ("-" for kveth, which has no ustack host).
+	// ("-" for kveth and wg-netstack, which have no ustack host).
 	Cache string `json:"cache"`
 	// PeakRSSMiB is the process's peak resident memory during the cell,
 	// from building the hosts to closing them, in MiB (Linux: VmHWM, reset
@@ -240,8 +243,8 @@ func (r *cell) result(u0, u1 usage, w wire, tcpBytes uint64, t tally) Result {
 	c := r.c
 	win := u1.at.Sub(u0.at).Seconds()
 	res := Result{Test: c.Test, Link: c.Link, Qdisc: c.Qdisc, BusyPoll: c.BusyPoll.String(), Cache: c.Cache.String(), Senders: c.Senders, Size: r.size, DurationS: win}
-	if c.Link == "kveth" {
-		res.Cache = "-"
+	if c.Link == "kveth" || c.Link == LinkWGNetstack {
+		res.Cache = "-" // no ustack host
 	}
 	var ops, bytes uint64
 	switch c.Test {

@@ -63,6 +63,8 @@ func newTopology(c Config) (*topology, error) {
 	switch c.Link {
 	case "mem":
 		return memTopology(c)
+	case LinkWG, LinkWGNetstack:
+		return wgTopology(c)
 	default:
 		return deviceTopology(c)
 	}

@@ -2,21 +2,17 @@ package wgnet_test
 
 import (
 	"context"
-	"crypto/ecdh"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
 	"net"
 	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"golang.zx2c4.com/wireguard/conn/bindtest"
 	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/tun"
 	"golang.zx2c4.com/wireguard/tun/netstack"
 
 	"github.com/ustack-dev/ustack/wgnet"
+	"github.com/ustack-dev/ustack/wgnet/wgnettest"
 )
 
 // The tunnel's inner addresses: test ranges that never leave the
@@ -74,33 +70,15 @@ func netstackSide(tb testing.TB, addr netip.Addr) side {
 	}
 }
 
-// key returns a fresh X25519 private key and its public key, hex-encoded
-// as wireguard-go's IPC wants them.
-func key(tb testing.TB) (priv, pub string) {
-	k, err := ecdh.X25519().GenerateKey(rand.Reader)
-	require.NoError(tb, err)
-	return hex.EncodeToString(k.Bytes()), hex.EncodeToString(k.PublicKey().Bytes())
-}
-
 // join runs a wireguard-go device over each side's TUN, peers of each
-// other over in-memory binds (conn/bindtest), with generated keys, and
-// closes both when the test ends (which closes the TUNs).
+// other over in-memory binds (wgnettest.Pair), and closes both when the
+// test ends (which closes the TUNs).
 func join(tb testing.TB, a, b side) {
 	tb.Helper()
-	binds := bindtest.NewChannelBinds()
-	privA, pubA := key(tb)
-	privB, pubB := key(tb)
-	// bindtest's bind i sends to endpoint port i+1 (its target).
-	cfgs := [2]string{
-		fmt.Sprintf("private_key=%s\nlisten_port=0\npublic_key=%s\nendpoint=127.0.0.1:1\nallowed_ip=%s/32\n", privA, pubB, addrB),
-		fmt.Sprintf("private_key=%s\nlisten_port=0\npublic_key=%s\nendpoint=127.0.0.1:2\nallowed_ip=%s/32\n", privB, pubA, addrA),
-	}
-	for i, s := range []side{a, b} {
-		dev := device.NewDevice(s.tun, binds[i], device.NewLogger(device.LogLevelError, fmt.Sprintf("wg%d: ", i)))
-		require.NoError(tb, dev.IpcSet(cfgs[i]))
-		require.NoError(tb, dev.Up())
-		tb.Cleanup(dev.Close)
-	}
+	da, db, err := wgnettest.Pair(a.tun, b.tun, addrA, addrB, device.NewLogger(device.LogLevelError, "wg: "))
+	require.NoError(tb, err)
+	tb.Cleanup(da.Close)
+	tb.Cleanup(db.Close)
 }
 
 // connect listens on b at port, dials it from a, and returns both conns,

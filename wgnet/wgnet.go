@@ -52,6 +52,9 @@ type Options struct {
 	// receive queue from its own goroutine for a while before it parks
 	// (package poll); the zero value is off.
 	BusyPoll poll.Mode
+	// Cache says whether the stack's conns keep their read and write
+	// scratch (stack.Options.Cache); CacheDefault means stack.DefaultCache.
+	Cache stack.CacheMode
 	// BatchSize is what the device's BatchSize reports; 0 means
 	// DefaultBatchSize.
 	BatchSize int
@@ -116,7 +119,7 @@ func CreateNetTUNWithOptions(localAddresses, dnsServers []netip.Addr, mtu int, o
 	if err != nil {
 		return nil, nil, fmt.Errorf("wgnet: %w", err)
 	}
-	s, err := stack.New(&stack.Options{TCP: o.TCP, BusyPoll: o.BusyPoll})
+	s, err := stack.New(&stack.Options{TCP: o.TCP, BusyPoll: o.BusyPoll, Cache: o.Cache})
 	if err != nil {
 		ep.Close()
 		return nil, nil, fmt.Errorf("wgnet: %w", err)

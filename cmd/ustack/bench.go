@@ -37,7 +37,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ustack bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		linkName = fs.String("link", "mem", "links between the hosts, comma-separated, or all: "+strings.Join(bench.Links(), ", ")+" (all but mem need root)")
+		linkName = fs.String("link", "mem", "links between the hosts, comma-separated, or all: "+strings.Join(bench.Links(), ", ")+" (veth, tun and kveth need root; wg and wg-netstack are WireGuard tunnels in this process with ustack or wireguard-go's netstack behind them)")
 		tests    = fs.String("test", "udp_stream,tcp_rr", "tests, comma-separated, or all: "+strings.Join(bench.Tests(), ", "))
 		qdiscs   = fs.String("qdisc", "all", "queueing disciplines, comma-separated, or all: "+strings.Join(sched.Names(), ", "))
 		senders  = fs.String("senders", "1,64", "sender (session) counts, comma-separated")
@@ -46,7 +46,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		count    = fs.Int("count", 0, "runs of each configuration, reported as medians (0: as many as fit in 75s, 1 to 3)")
 		txCost   = fs.String("mem-tx-cost", "0,0", "mem link: busy cost per WritePackets call and per packet, as CALL,PACKET (e.g. 2us,100ns)")
 		impair   = fs.String("impair", "none", "faults on ustack's link, e.g. loss=5%,dup=1%,reorder=1%,corrupt=0.1%,delay=1ms,jitter=100us,seed=1")
-		mtu      = fs.Int("mtu", mem.DefaultMTU, fmt.Sprintf("link MTU (%d to %d)", tun.MinMTU, tun.MaxMTU))
+		mtu      = fs.Int("mtu", mem.DefaultMTU, fmt.Sprintf("link MTU (%d to %d; wg, wg-netstack: of the wire under the tunnel, whose TUNs get 80 less)", tun.MinMTU, tun.MaxMTU))
 		reverse  = fs.Bool("reverse", false, "veth, tun, kveth: the Linux stack is the client (ustack receives the stream, answers requests)")
 		offload  = fs.Bool("offload", true, "veth, tun: virtio-net header offloads (checksum, GSO) between ustack and the kernel")
 		txBatch  = fs.Int("tx-batch", 0, "veth: packets per sendmmsg (1: one syscall per packet; 0: the default batch)")

@@ -142,3 +142,31 @@ func TestReadmeGoVersion(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(readme), "Go "+version+" or newer", "README.md must name go.mod's Go version (%s)", version)
 }
+
+// TestBenchWG: -link takes the WireGuard links, which run unprivileged,
+// and wg-netstack, the baseline, runs once with no qdisc and no cache
+// setting.
+func TestBenchWG(t *testing.T) {
+	code, out, errs := runCmd("bench", "-json", "-link", "wg-netstack,wg", "-test", "tcp_rr", "-qdisc", "llist", "-senders", "1",
+		"-duration", "20ms", "-count", "1")
+	require.Equal(t, 0, code, errs)
+	var doc struct {
+		Results []struct {
+			Link  string  `json:"link"`
+			Qdisc string  `json:"qdisc"`
+			Cache string  `json:"cache"`
+			TPS   float64 `json:"tps"`
+		} `json:"results"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &doc))
+	require.Len(t, doc.Results, 2)
+	require.Equal(t, []string{bench.LinkWGNetstack, sched.None, "-"}, []string{doc.Results[0].Link, doc.Results[0].Qdisc, doc.Results[0].Cache})
+	require.Equal(t, []string{bench.LinkWG, sched.LList}, []string{doc.Results[1].Link, doc.Results[1].Qdisc})
+	for _, r := range doc.Results {
+		require.Positive(t, r.TPS, r.Link)
+	}
+
+	code, _, errs = runCmd("bench", "-link", "wg", "-reverse")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "kernel end")
+}
