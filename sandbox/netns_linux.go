@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -18,6 +19,9 @@ import (
 
 // namespace is the sandbox's network namespace, held open by a handle.
 type namespace struct {
+	// mu guards handle: Close may close it while a Run is entering the
+	// namespace on another thread.
+	mu     sync.RWMutex
 	handle netns.NsHandle
 	path   string // what the user gave, or "" for one we created
 	// helper, without root, holds the namespaces instead of handle and
@@ -57,11 +61,26 @@ func openNamespace(path string) (*namespace, error) {
 // afterwards, so nothing else ever runs in the wrong namespace.
 func (n *namespace) do(f func() error) error {
 	return onThread(func() error {
-		if err := netns.Set(n.handle); err != nil {
-			return fmt.Errorf("sandbox: enter the network namespace: %w", err)
+		// Only entering needs the handle: once in, the thread stays in the
+		// namespace even if Close closes the handle meanwhile.
+		if err := n.enter(); err != nil {
+			return err
 		}
 		return f()
 	})
+}
+
+// enter moves the calling (locked) thread into the namespace.
+func (n *namespace) enter() error {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if !n.handle.IsOpen() {
+		return errors.New("sandbox: the namespace is closed")
+	}
+	if err := netns.Set(n.handle); err != nil {
+		return fmt.Errorf("sandbox: enter the network namespace: %w", err)
+	}
+	return nil
 }
 
 func (n *namespace) close() {
@@ -69,7 +88,9 @@ func (n *namespace) close() {
 		n.helper.close()
 		return
 	}
+	n.mu.Lock()
 	n.handle.Close()
+	n.mu.Unlock()
 }
 
 // onThread runs f on a locked OS thread that exits when f returns.
