@@ -53,11 +53,9 @@ type Endpoint struct {
 // one endpoint and drained by the other's receive goroutine.
 type ring struct {
 	mu     sync.Mutex
-	pkts   []*stack.PacketBuffer // each holds one reference taken at write
-	head   int
-	n      int
-	closed bool // no more writes: the receiving endpoint is closed
-	parked bool // the receive goroutine sleeps until wake
+	pkts   linkutil.PacketRing // each holds one reference taken at write
+	closed bool                // no more writes: the receiving endpoint is closed
+	parked bool                // the receive goroutine sleeps until wake
 	wake   chan struct{}
 	// polling counts readers busy polling this ring: while it is above
 	// zero a write does not wake the parked receive goroutine, and the
@@ -75,7 +73,7 @@ type ring struct {
 }
 
 func newRing(size int) *ring {
-	return &ring{pkts: make([]*stack.PacketBuffer, size), wake: make(chan struct{}, 1)}
+	return &ring{pkts: linkutil.NewPacketRing(size), wake: make(chan struct{}, 1)}
 }
 
 // Pair returns two connected endpoints: what one writes, the other
@@ -193,25 +191,12 @@ func (r *ring) closeWrites() {
 func (r *ring) close() int {
 	r.mu.Lock()
 	r.closed = true
-	var pkts []*stack.PacketBuffer
-	for r.n > 0 {
-		pkts = append(pkts, r.pkts[r.head])
-		r.pkts[r.head] = nil
-		r.head = r.next(r.head)
-		r.n--
-	}
+	pkts := r.pkts.Drain(nil)
 	r.mu.Unlock()
 	for _, p := range pkts {
 		p.DecRef()
 	}
 	return len(pkts)
-}
-
-func (r *ring) next(i int) int {
-	if i++; i == len(r.pkts) {
-		return 0
-	}
-	return i
 }
 
 // WritePackets implements stack.LinkWriter. It queues as many packets as
@@ -234,21 +219,7 @@ func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 		r.mu.Unlock()
 		return 0, &tcpip.ErrClosedForSend{}
 	}
-	n, bytes := 0, 0
-	tail := r.head + r.n
-	if tail >= len(r.pkts) {
-		tail -= len(r.pkts)
-	}
-	for _, pkt := range list {
-		if r.n == len(r.pkts) {
-			break
-		}
-		r.pkts[tail] = pkt.IncRef()
-		tail = r.next(tail)
-		bytes += pkt.Size()
-		r.n++
-		n++
-	}
+	n, bytes := r.pkts.PushRefs(list)
 	r.txPackets += uint64(n)
 	r.txBytes += uint64(bytes)
 	refused := len(list) - n
@@ -310,7 +281,7 @@ func (e *Endpoint) LinkStats() link.Stats {
 func (e *Endpoint) Backlog() int {
 	e.rx.mu.Lock()
 	defer e.rx.mu.Unlock()
-	return e.rx.n
+	return e.rx.pkts.Len()
 }
 
 // BusyPollBegin implements poll.Source.
@@ -351,7 +322,7 @@ func (e *Endpoint) BusyPollWatchdog() bool {
 // rearmLocked marks the receive goroutine awake if it is parked with
 // packets waiting, and reports whether the caller must kick it.
 func (r *ring) rearmLocked() bool {
-	if !r.parked || r.n == 0 {
+	if !r.parked || r.pkts.Len() == 0 {
 		return false
 	}
 	r.parked = false
@@ -431,28 +402,15 @@ func (rc *receiver) take() (k int, writable func()) {
 	r := rc.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for k < len(rc.batch) && r.n > 0 {
-		rc.batch[k] = r.pkts[r.head]
-		r.pkts[r.head] = nil
-		r.head = r.next(r.head)
-		r.n--
-		k++
-	}
+	k = r.pkts.PopInto(rc.batch)
 	if k == 0 {
 		r.parked = true
-	} else if r.wantWritable && len(r.pkts)-r.n >= r.wakeRoom() {
+	} else if r.wantWritable && r.pkts.Room() >= r.pkts.WakeRoom() {
 		r.wantWritable = false
 		writable = r.writable
 	}
 	return k, writable
 }
-
-// wakeRoom is how much room the ring must have before a writer it refused
-// is told it can write again: a quarter of the ring, at least one packet.
-// Waking on every freed slot would have the writer come back for one
-// packet at a time; drivers likewise wake a stopped TX queue only once a
-// threshold of descriptors is free.
-func (r *ring) wakeRoom() int { return max(len(r.pkts)/4, 1) }
 
 func (rc *receiver) dispatcher() stack.NetworkDispatcher { return rc.e.Dispatcher() }
 

@@ -51,7 +51,7 @@ func waitParked(t *testing.T, e *Endpoint) {
 	require.Eventually(t, func() bool {
 		e.rx.mu.Lock()
 		defer e.rx.mu.Unlock()
-		return e.rx.parked && e.rx.n == 0
+		return e.rx.parked && e.rx.pkts.Len() == 0
 	}, 10*time.Second, 100*time.Microsecond)
 }
 

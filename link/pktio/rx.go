@@ -8,6 +8,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/ustack-dev/ustack/link/internal/linkutil"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
 
@@ -16,28 +17,20 @@ import (
 type rxQueue struct {
 	mu      sync.Mutex
 	cond    sync.Cond // writers wait on it for room or Close
-	pkts    []*stack.PacketBuffer
-	head, n int
+	pkts    linkutil.PacketRing
 	closed  bool
 	writers int // Writes waiting on cond
 }
 
 func (q *rxQueue) init(size int) {
-	q.pkts = make([]*stack.PacketBuffer, size)
+	q.pkts = linkutil.NewPacketRing(size)
 	q.cond.L = &q.mu
-}
-
-func (q *rxQueue) next(i int) int {
-	if i++; i == len(q.pkts) {
-		return 0
-	}
-	return i
 }
 
 func (q *rxQueue) empty() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.n == 0
+	return q.pkts.Len() == 0
 }
 
 func (q *rxQueue) shut() {
@@ -52,7 +45,7 @@ func (q *rxQueue) shut() {
 func (q *rxQueue) push(pkt *stack.PacketBuffer, waited *bool) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for q.n == len(q.pkts) && !q.closed {
+	for q.pkts.Full() && !q.closed {
 		*waited = true
 		q.writers++
 		q.cond.Wait()
@@ -61,25 +54,13 @@ func (q *rxQueue) push(pkt *stack.PacketBuffer, waited *bool) bool {
 	if q.closed {
 		return false
 	}
-	tail := q.head + q.n
-	if tail >= len(q.pkts) {
-		tail -= len(q.pkts)
-	}
-	q.pkts[tail] = pkt
-	q.n++
-	return true
+	return q.pkts.Push(pkt)
 }
 
 // take moves up to len(batch) packets into batch and returns how many.
 func (q *rxQueue) take(batch []*stack.PacketBuffer) int {
 	q.mu.Lock()
-	k := 0
-	for ; k < len(batch) && q.n > 0; k++ {
-		batch[k] = q.pkts[q.head]
-		q.pkts[q.head] = nil
-		q.head = q.next(q.head)
-		q.n--
-	}
+	k := q.pkts.PopInto(batch)
 	if k > 0 && q.writers > 0 {
 		q.cond.Broadcast()
 	}
@@ -93,10 +74,8 @@ func (q *rxQueue) release() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	k := 0
-	for ; q.n > 0; q.n-- {
-		q.pkts[q.head].DecRef()
-		q.pkts[q.head] = nil
-		q.head = q.next(q.head)
+	for p := q.pkts.Pop(); p != nil; p = q.pkts.Pop() {
+		p.DecRef()
 		k++
 	}
 	return k

@@ -8,6 +8,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/ustack-dev/ustack/link/internal/linkutil"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
 
@@ -15,9 +16,8 @@ import (
 // has not read yet.
 type txQueue struct {
 	mu      sync.Mutex
-	cond    sync.Cond             // Read waits on it for packets or Close
-	pkts    []*stack.PacketBuffer // each holds one reference taken at write
-	head, n int
+	cond    sync.Cond           // Read waits on it for packets or Close
+	pkts    linkutil.PacketRing // each holds one reference taken at write
 	closed  bool
 	readers int // Reads waiting on cond
 
@@ -30,21 +30,9 @@ type txQueue struct {
 }
 
 func (q *txQueue) init(size int) {
-	q.pkts = make([]*stack.PacketBuffer, size)
+	q.pkts = linkutil.NewPacketRing(size)
 	q.cond.L = &q.mu
 }
-
-func (q *txQueue) next(i int) int {
-	if i++; i == len(q.pkts) {
-		return 0
-	}
-	return i
-}
-
-// wakeRoom is how much room the queue must have before a writer it
-// refused is told to write again: a quarter of the queue, at least one
-// packet, as a driver wakes a stopped TX queue only past a threshold.
-func (q *txQueue) wakeRoom() int { return max(len(q.pkts)/4, 1) }
 
 func (q *txQueue) shut() {
 	q.mu.Lock()
@@ -63,12 +51,7 @@ func (q *txQueue) addClosed(n int) {
 // was. Only after shut.
 func (q *txQueue) release() int {
 	q.mu.Lock()
-	var drop []*stack.PacketBuffer
-	for ; q.n > 0; q.n-- {
-		drop = append(drop, q.pkts[q.head])
-		q.pkts[q.head] = nil
-		q.head = q.next(q.head)
-	}
+	drop := q.pkts.Drain(nil)
 	q.mu.Unlock()
 	for _, p := range drop {
 		p.DecRef()
@@ -96,21 +79,7 @@ func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 		q.mu.Unlock()
 		return 0, &tcpip.ErrClosedForSend{}
 	}
-	tail := q.head + q.n
-	if tail >= len(q.pkts) {
-		tail -= len(q.pkts)
-	}
-	n, bytes := 0, 0
-	for _, pkt := range list {
-		if q.n == len(q.pkts) {
-			break
-		}
-		q.pkts[tail] = pkt.IncRef()
-		tail = q.next(tail)
-		bytes += pkt.Size()
-		q.n++
-		n++
-	}
+	n, bytes := q.pkts.PushRefs(list)
 	q.packets += uint64(n)
 	q.bytes += uint64(bytes)
 	refused := len(list) - n
@@ -142,7 +111,7 @@ func (e *Endpoint) NotifyWritable(f func()) {
 func (e *Endpoint) Backlog() int {
 	e.tx.mu.Lock()
 	defer e.tx.mu.Unlock()
-	return e.tx.n
+	return e.tx.pkts.Len()
 }
 
 // Read takes packets the stack sent and copies them into bufs, each at
@@ -186,7 +155,7 @@ func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 		}
 		q := &e.tx
 		q.mu.Lock()
-		for q.n == 0 && !q.closed {
+		for q.pkts.Len() == 0 && !q.closed {
 			q.readers++
 			q.cond.Wait()
 			q.readers--
@@ -216,21 +185,18 @@ func (e *Endpoint) readQueued(bufs [][]byte, sizes []int, offset int) int {
 	q := &e.tx
 	q.mu.Lock()
 	k, room := 0, len(bufs)
-	for q.n > 0 && room > 0 {
-		p := q.pkts[q.head]
+	for p := q.pkts.Peek(); p != nil && room > 0; p = q.pkts.Peek() {
 		need := e.outputs(p, capacity)
 		if need > room && k > 0 {
 			break // the next Read takes it whole
 		}
-		q.pkts[q.head] = nil
-		q.head = q.next(q.head)
-		q.n--
+		q.pkts.Pop()
 		e.taken[k] = p
 		k++
 		room -= need
 	}
 	var writable func()
-	if k > 0 && q.wantWritable && len(q.pkts)-q.n >= q.wakeRoom() {
+	if k > 0 && q.wantWritable && q.pkts.Room() >= q.pkts.WakeRoom() {
 		q.wantWritable = false
 		writable = q.writable
 	}
