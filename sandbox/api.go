@@ -58,28 +58,10 @@ func (s *Sandbox) ServeAPI(path string) error {
 	s.closers = append(s.closers, ln)
 	s.wg.Add(1)
 	s.mu.Unlock()
-	go func() {
-		defer s.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				if errors.Is(err, net.ErrClosed) {
-					return
-				}
-				time.Sleep(5 * time.Millisecond)
-				continue
-			}
-			if !s.begin() {
-				c.Close()
-				return
-			}
-			go func() {
-				defer s.wg.Done()
-				defer c.Close()
-				s.serveAPIConn(c)
-			}()
-		}
-	}()
+	go acceptEach(s, ln.Accept, func(c net.Conn) {
+		defer c.Close()
+		s.serveAPIConn(c)
+	})
 	return nil
 }
 

@@ -69,7 +69,7 @@ func (s *Sandbox) listenForward(f Forward) (io.Closer, netip.AddrPort, error) {
 		return nil, netip.AddrPort{}, fmt.Errorf("sandbox: port forward %v: %w", f, err)
 	}
 	s.wg.Add(1)
-	go s.acceptLoop(f, ln)
+	go acceptEach(s, ln.AcceptTCP, func(c *net.TCPConn) { s.forwardTCP(f, c) })
 	return ln, ln.Addr().(*net.TCPAddr).AddrPort(), nil
 }
 
@@ -161,10 +161,14 @@ func (s *Sandbox) sandboxAddr(f Forward, client netip.Addr) netip.Addr {
 	return s.cfg.Addr4.Addr()
 }
 
-func (s *Sandbox) acceptLoop(f Forward, ln *net.TCPListener) {
+// acceptEach is the sandbox's one accept loop (port forwards, the API
+// socket): it accepts until the listener is closed and serves each conn on
+// a goroutine counted in s.wg, as is the loop itself (the caller has
+// added it). Once the sandbox is closing it closes what it accepts.
+func acceptEach[C io.Closer](s *Sandbox, accept func() (C, error), serve func(C)) {
 	defer s.wg.Done()
 	for {
-		c, err := ln.AcceptTCP()
+		c, err := accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -179,7 +183,7 @@ func (s *Sandbox) acceptLoop(f Forward, ln *net.TCPListener) {
 		}
 		go func() {
 			defer s.wg.Done()
-			s.forwardTCP(f, c)
+			serve(c)
 		}()
 	}
 }
