@@ -4,7 +4,6 @@ package integration
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"io"
 	"net"
@@ -138,7 +137,13 @@ func (n *srvNet) httpClient() *http.Client {
 // every byte is the served pattern.
 func (n *srvNet) fetch(tb testing.TB, server netip.Addr, size int64) {
 	tb.Helper()
-	c := n.httpClient()
+	fetchBytes(tb, n.httpClient(), server, size)
+}
+
+// fetchBytes gets /bytes/size from server with c and checks every byte
+// with serve.CheckBody.
+func fetchBytes(tb testing.TB, c *http.Client, server netip.Addr, size int64) {
+	tb.Helper()
 	defer c.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -147,13 +152,9 @@ func (n *srvNet) fetch(tb testing.TB, server netip.Addr, size int64) {
 	resp, err := c.Do(req)
 	require.NoError(tb, err)
 	defer resp.Body.Close()
-	h := sha256.New()
-	got, err := io.Copy(h, resp.Body)
-	require.NoError(tb, err)
-	require.Equal(tb, size, got)
-	want := sha256.New()
-	io.Copy(want, serve.Pattern(size))
-	require.Equal(tb, want.Sum(nil), h.Sum(nil), "sha256 of the served bytes")
+	require.Equal(tb, http.StatusOK, resp.StatusCode)
+	require.Equal(tb, size, resp.ContentLength)
+	require.NoError(tb, serve.CheckBody(resp.Body, size))
 }
 
 func TestServeKernelClients(t *testing.T) {
@@ -272,4 +273,57 @@ func intactThroughLoss(t *testing.T, kind, qdisc string, tcpOpts *stack.TCPOptio
 	require.Positive(t, st.Counter("TCP.Retransmits"), "losses were recovered by retransmission")
 	nic := st.NICs[0]
 	require.Positive(t, nic.Link.ImpairLost+nic.Link.ImpairReordered+nic.Link.ImpairDuplicated)
+}
+
+// TestServeKernelStack runs the services on the kernel's sockets (what
+// `ustack serve -stack kernel` runs, the comparison of scripts/http.sh) in
+// namespace U of a veth pair, with U's end holding ustack's addresses, and
+// fetches from K: the same handler serves the same checked body.
+func TestServeKernelStack(t *testing.T) {
+	requireNamespaces(t)
+	k, err := netns.New("srvk")
+	require.NoError(t, err)
+	defer k.Close()
+	u, err := netns.New("srvu")
+	require.NoError(t, err)
+	defer u.Close()
+	require.NoError(t, netns.Veth(k, "srvk0", u, "srvu0", 0))
+	require.NoError(t, k.AddAddr("srvk0", srvKernel4, srvKernel6))
+	require.NoError(t, u.AddAddr("srvu0", srvUstack4, srvUstack6))
+	var h *serve.Host
+	require.NoError(t, u.Do(func() (err error) {
+		h, err = serve.New(&serve.Config{Kernel: true, Ports: serve.Ports{Echo: 7, Discard: 9, HTTP: 80}})
+		return err
+	}))
+	defer h.Close()
+	require.Nil(t, h.Stack())
+	// AddAddr's addresses skip duplicate address detection: they serve
+	// at once.
+	n := &srvNet{kind: "veth", k: k, host: h}
+	n.fetch(t, srvUstack4.Addr(), sized(64<<20))
+	n.fetch(t, srvUstack6.Addr(), sized(16<<20))
+	require.Equal(t, uint64(2), h.Services().HTTPRequests.Load())
+
+	// The status page says which stack it runs on.
+	resp, err := n.httpClient().Get("http://" + netip.AddrPortFrom(srvUstack4.Addr(), 80).String() + "/")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(body), "the host kernel's sockets")
+
+	// UDP echo, on the kernel's socket.
+	var pc net.Conn
+	require.NoError(t, k.Do(func() (err error) {
+		pc, err = net.Dial("udp", netip.AddrPortFrom(srvUstack6.Addr(), 7).String())
+		return err
+	}))
+	defer pc.Close()
+	pc.SetDeadline(time.Now().Add(10 * time.Second))
+	_, err = pc.Write([]byte("datagram"))
+	require.NoError(t, err)
+	buf := make([]byte, 64)
+	got, err := pc.Read(buf)
+	require.NoError(t, err)
+	require.Equal(t, "datagram", string(buf[:got]))
 }

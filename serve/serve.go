@@ -16,6 +16,14 @@ import (
 
 // Config describes a host to serve.
 type Config struct {
+	// Kernel serves on the host kernel's sockets (Kernel) instead of a
+	// ustack stack: the same services and handler, to measure ustack
+	// against. The kernel's interfaces must already have their
+	// addresses; Addrs, if any, are the addresses to listen on (their
+	// prefix lengths ignored), none meaning all of the kernel's. The
+	// fields Endpoint, Name, Gateways, Qdisc and Stack are ustack's and
+	// must be unset.
+	Kernel bool
 	// Endpoint is the link the host runs on. The host owns it from New on
 	// and closes it in Close, also when New fails.
 	Endpoint gstack.LinkEndpoint
@@ -36,17 +44,21 @@ type Config struct {
 	Metrics string
 }
 
-// Host is a running server: a stack on a link with its services.
+// Host is a running server: a stack on a link with its services, or the
+// services on the kernel's sockets.
 type Host struct {
-	st      *stack.Stack
+	st      *stack.Stack // nil on the kernel's sockets
 	svc     *Services
 	metrics *metrics.Server
 }
 
 // New builds the stack, starts the services and the metrics endpoint.
-// cfg must name an endpoint and at least one address; New does not keep
-// cfg.
+// cfg must name an endpoint and at least one address (or be Kernel); New
+// does not keep cfg.
 func New(c *Config) (*Host, error) {
+	if c != nil && c.Kernel {
+		return newKernel(c)
+	}
 	if c == nil || c.Endpoint == nil {
 		return nil, errors.New("serve: no link endpoint: open one (linkspec.Open) and set Config.Endpoint")
 	}
@@ -100,7 +112,37 @@ func New(c *Config) (*Host, error) {
 	return h, nil
 }
 
-// Stack returns the host's stack.
+// newKernel starts the services of a Kernel config.
+func newKernel(cfg *Config) (*Host, error) {
+	if cfg.Endpoint != nil {
+		cfg.Endpoint.Close()
+		return nil, errors.New("serve: a link endpoint with Kernel: the kernel's sockets use the kernel's own interfaces; set one or the other")
+	}
+	if cfg.Name != "" || len(cfg.Gateways) > 0 || cfg.Qdisc != "" || cfg.Stack != nil {
+		return nil, errors.New("serve: Kernel with ustack's settings (Name, Gateways, Qdisc, Stack): configure the kernel's interfaces with ip(8) instead")
+	}
+	addrs := []netip.Addr{{}} // Kernel's "every address"
+	if len(cfg.Addrs) > 0 {
+		addrs = addrs[:0]
+		for _, p := range cfg.Addrs {
+			addrs = append(addrs, p.Addr())
+		}
+	}
+	h := &Host{}
+	var err error
+	if h.svc, err = Start(Kernel{}, addrs, cfg.Ports, nil); err != nil {
+		return nil, err
+	}
+	if cfg.Metrics != "" {
+		if h.metrics, err = metrics.Serve(cfg.Metrics, NewCollector(h.svc)); err != nil {
+			h.Close()
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+	}
+	return h, nil
+}
+
+// Stack returns the host's stack, nil on the kernel's sockets.
 func (h *Host) Stack() *stack.Stack { return h.st }
 
 // Services returns the host's services.
@@ -124,6 +166,9 @@ func (h *Host) Close() error {
 	if h.svc != nil {
 		h.svc.Close()
 	}
+	if h.st == nil {
+		return nil
+	}
 	return h.st.Close()
 }
 
@@ -134,7 +179,14 @@ func Run(ctx context.Context, cfg *Config, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(log, "ustack serve: %v on %s (qdisc %s)", cfg.Addrs, cfg.Name, qdiscName(cfg.Qdisc))
+	switch {
+	case !cfg.Kernel:
+		fmt.Fprintf(log, "ustack serve: %v on %s (qdisc %s)", cfg.Addrs, cfg.Name, qdiscName(cfg.Qdisc))
+	case len(cfg.Addrs) > 0:
+		fmt.Fprintf(log, "ustack serve: kernel sockets on %v", cfg.Addrs)
+	default:
+		fmt.Fprintf(log, "ustack serve: kernel sockets on all addresses")
+	}
 	if cfg.Ports.Echo != 0 {
 		fmt.Fprintf(log, ", echo %d", cfg.Ports.Echo)
 	}

@@ -3,7 +3,6 @@ package serve_test
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"io"
 	"net"
@@ -105,14 +104,9 @@ func TestHTTPBytesAndStatus(t *testing.T) {
 	const n = 8 << 20
 	resp, err := hc.Get(fmt.Sprintf("http://%s/bytes/%d", server4, n))
 	require.NoError(t, err)
-	h := sha256.New()
-	got, err := io.Copy(h, resp.Body)
+	require.Equal(t, int64(n), resp.ContentLength)
+	require.NoError(t, serve.CheckBody(resp.Body, n))
 	resp.Body.Close()
-	require.NoError(t, err)
-	require.Equal(t, int64(n), got)
-	want := sha256.New()
-	io.Copy(want, serve.Pattern(n))
-	require.Equal(t, want.Sum(nil), h.Sum(nil))
 
 	resp, err = hc.Get(fmt.Sprintf("http://[%s]/", server6))
 	require.NoError(t, err)
@@ -170,6 +164,13 @@ func TestBadConfig(t *testing.T) {
 	defer b2.Close()
 	_, err = serve.New(&serve.Config{Endpoint: a2, Addrs: []netip.Prefix{netip.MustParsePrefix("198.18.4.2/24")}, Qdisc: "nope"})
 	require.ErrorContains(t, err, "valid names")
+	a3, b3, err := mem.Pair(nil)
+	require.NoError(t, err)
+	defer b3.Close()
+	_, err = serve.New(&serve.Config{Kernel: true, Endpoint: a3})
+	require.ErrorContains(t, err, "a link endpoint with Kernel")
+	_, err = serve.New(&serve.Config{Kernel: true, Qdisc: sched.LList})
+	require.ErrorContains(t, err, "ustack's settings")
 }
 
 // TestRunStopsOnCancel: a running host (it has logged what it serves)

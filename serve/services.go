@@ -35,10 +35,53 @@ type Ports struct {
 	Echo, Discard, HTTP uint16
 }
 
+// Net is where the services listen: a ustack *stack.Stack, or the host
+// kernel's sockets (Kernel). A Net that also has a Caching() bool method
+// (as *stack.Stack does) is asked whether to cache copy buffers, and one
+// with a Stats() stack.Stats method has its counters on the status page.
+type Net interface {
+	// ListenTCP listens on addr; its unspecified address means every
+	// address of that IP version ([::]: of both).
+	ListenTCP(addr netip.AddrPort) (net.Listener, error)
+	// ListenUDP is ListenTCP for a UDP socket.
+	ListenUDP(addr netip.AddrPort) (net.PacketConn, error)
+}
+
+var (
+	_ Net = (*stack.Stack)(nil)
+	_ Net = Kernel{}
+)
+
+// Kernel is the Net of the host kernel's sockets, in the calling
+// goroutine's network namespace: the same services on the Linux stack, to
+// measure ustack against. An AddrPort without an address (the zero Addr)
+// listens as Go's net does for ":port": on [::] dual-stack where the
+// kernel has IPv6, else on 0.0.0.0.
+type Kernel struct{}
+
+// ListenTCP implements Net.
+func (Kernel) ListenTCP(addr netip.AddrPort) (net.Listener, error) {
+	return net.ListenTCP("tcp", kernelAddr(addr, net.TCPAddrFromAddrPort, func(p int) *net.TCPAddr { return &net.TCPAddr{Port: p} }))
+}
+
+// ListenUDP implements Net.
+func (Kernel) ListenUDP(addr netip.AddrPort) (net.PacketConn, error) {
+	return net.ListenUDP("udp", kernelAddr(addr, net.UDPAddrFromAddrPort, func(p int) *net.UDPAddr { return &net.UDPAddr{Port: p} }))
+}
+
+// kernelAddr converts addr with conv, or to its port alone (portOnly) if
+// addr has no address.
+func kernelAddr[A any](addr netip.AddrPort, conv func(netip.AddrPort) A, portOnly func(int) A) A {
+	if !addr.Addr().IsValid() {
+		return portOnly(int(addr.Port()))
+	}
+	return conv(addr)
+}
+
 // Services are the servers running on one host. Safe for concurrent use;
 // Close stops them all and waits for their goroutines.
 type Services struct {
-	st    *stack.Stack
+	net   Net
 	start time.Time
 
 	mu     sync.Mutex // guards closers and closed
@@ -56,11 +99,13 @@ type Services struct {
 	caches  []*cache.Cache[[]byte]
 }
 
-// Start starts the services on every address family the host has an
-// address of (listening on the unspecified address of each).
-func Start(st *stack.Stack, families []netip.Addr, ports Ports, status func(io.Writer)) (*Services, error) {
-	s := &Services{st: st, start: time.Now(), conns: map[net.Conn]struct{}{}, status: status}
-	for _, any := range families {
+// Start starts the services on n, on each address given: the unspecified
+// address of every family the host has an address of, or (Kernel) the
+// zero Addr for all of the kernel's, or specific addresses. status, if
+// not nil, adds lines to the status page.
+func Start(n Net, addrs []netip.Addr, ports Ports, status func(io.Writer)) (*Services, error) {
+	s := &Services{net: n, start: time.Now(), conns: map[net.Conn]struct{}{}, status: status}
+	for _, any := range addrs {
 		for _, svc := range []struct {
 			port uint16
 			tcp  func(net.Conn, []byte)
@@ -73,7 +118,7 @@ func Start(st *stack.Stack, families []netip.Addr, ports Ports, status func(io.W
 				continue
 			}
 			ap := netip.AddrPortFrom(any, svc.port)
-			ln, err := st.ListenTCP(ap)
+			ln, err := n.ListenTCP(ap)
 			if err != nil {
 				s.Close()
 				return nil, fmt.Errorf("serve: %w", err)
@@ -81,7 +126,7 @@ func Start(st *stack.Stack, families []netip.Addr, ports Ports, status func(io.W
 			s.track(ln)
 			s.wg.Add(1)
 			go s.acceptLoop(ln, svc.tcp)
-			pc, err := st.ListenUDP(ap)
+			pc, err := n.ListenUDP(ap)
 			if err != nil {
 				s.Close()
 				return nil, fmt.Errorf("serve: %w", err)
@@ -94,7 +139,7 @@ func Start(st *stack.Stack, families []netip.Addr, ports Ports, status func(io.W
 			}()
 		}
 		if ports.HTTP != 0 {
-			ln, err := st.ListenTCP(netip.AddrPortFrom(any, ports.HTTP))
+			ln, err := n.ListenTCP(netip.AddrPortFrom(any, ports.HTTP))
 			if err != nil {
 				s.Close()
 				return nil, fmt.Errorf("serve: %w", err)
@@ -126,12 +171,12 @@ func (s *Services) track(c io.Closer) {
 // cache of copy buffers: it hands one to each conn, the conn's goroutine
 // frees it when the conn ends, and the loop takes the freed ones back
 // before the next Accept (parking them while it waits, so that an idle
-// listener releases them). With caching off each conn allocates its own,
-// as io.Copy does.
+// listener releases them). With caching off (or a Net that does not say)
+// each conn allocates its own, as io.Copy does.
 func (s *Services) acceptLoop(ln net.Listener, serve func(net.Conn, []byte)) {
 	defer s.wg.Done()
 	var bufs *cache.Cache[[]byte]
-	if s.st.Caching() {
+	if c, ok := s.net.(interface{ Caching() bool }); ok && c.Caching() {
 		bufs = cache.New(cache.Config[[]byte]{
 			Name:     "serve copy buffers",
 			New:      func() []byte { return make([]byte, copyBufSize) },
@@ -277,7 +322,15 @@ func (s *Services) writeStatus(w io.Writer) {
 	fmt.Fprintf(w, "connections: %d accepted, %d active\n", s.Accepted.Load(), s.Active.Load())
 	fmt.Fprintf(w, "tcp echo %d bytes, discard %d bytes; udp echo %d, discard %d datagrams; http %d requests, %d bytes\n\n",
 		s.EchoedBytes.Load(), s.DiscardedBytes.Load(), s.UDPEchoed.Load(), s.UDPDiscarded.Load(), s.HTTPRequests.Load(), s.HTTPBytes.Load())
-	st := s.st.Stats()
+	sn, ok := s.net.(interface{ Stats() stack.Stats })
+	if !ok {
+		fmt.Fprintf(w, "network: the host kernel's sockets (%T)\n", s.net)
+		if s.status != nil {
+			s.status(w)
+		}
+		return
+	}
+	st := sn.Stats()
 	for _, n := range st.NICs {
 		fmt.Fprintf(w, "nic %s (qdisc %s): tx %d packets, rx %d packets\n", n.Name, n.Qdisc, n.GVisor["Tx.Packets"], n.GVisor["Rx.Packets"])
 		if n.HasLink {

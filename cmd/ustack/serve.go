@@ -25,23 +25,26 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ustack serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		linkSpec = fs.String("link", "", "the device: afpacket:IFACE (an existing interface) or tun:NAME (opened or created)")
-		addrs    = fs.String("addr", "", "ustack's addresses, comma-separated CIDRs, e.g. 198.18.0.2/24,fd00::2/64")
-		gws      = fs.String("gw", "", "default gateways, comma-separated, at most one per IP version")
-		peer     = fs.String("peer-addr", "", "tun only: addresses for the kernel side of the device, comma-separated CIDRs")
-		qdisc    = fs.String("qdisc", sched.None, "queueing discipline: "+strings.Join(sched.Names(), ", "))
-		echo     = fs.Uint("echo", 7, "TCP and UDP echo port (0: off)")
-		discard  = fs.Uint("discard", 9, "TCP and UDP discard port (0: off)")
-		httpPort = fs.Uint("http", 80, "HTTP port: /bytes/N and a status page (0: off)")
-		metrics  = fs.String("metrics", "", "serve Prometheus metrics on this host address, e.g. 127.0.0.1:9100 (off by default)")
-		queues   = fs.Int("queues", 1, "device queues (PACKET_FANOUT sockets or TUN queues), each with its own receive goroutine")
-		offload  = fs.Bool("offload", true, "virtio-net header: checksum offload and GSO with the kernel")
-		mtu      = fs.Uint("mtu", 0, "tun only: device MTU (0: the device's default)")
-		busyPoll = fs.String("busypoll", "off", "busy polling of readers: off, on:<us>, spin:<us> (ignores runnable goroutines; for comparison), adaptive[:<us>]")
-		impair   = fs.String("impair", "none", "fault injection, e.g. loss=5%,dup=1%,reorder=1%,corrupt=0.1%,delay=1ms,jitter=100us,seed=1")
+		stackName = fs.String("stack", "ustack", "the network stack: ustack (on -link), or kernel (the host's own sockets, for comparison: the same services and HTTP handler; the interfaces must have their addresses already, -addr optionally limits where it listens, and the ustack-only flags must be unset)")
+		linkSpec  = fs.String("link", "", "the device: afpacket:IFACE (an existing interface) or tun:NAME (opened or created)")
+		addrs     = fs.String("addr", "", "ustack's addresses, comma-separated CIDRs, e.g. 198.18.0.2/24,fd00::2/64")
+		gws       = fs.String("gw", "", "default gateways, comma-separated, at most one per IP version")
+		peer      = fs.String("peer-addr", "", "tun only: addresses for the kernel side of the device, comma-separated CIDRs")
+		qdisc     = fs.String("qdisc", sched.None, "queueing discipline: "+strings.Join(sched.Names(), ", "))
+		echo      = fs.Uint("echo", 7, "TCP and UDP echo port (0: off)")
+		discard   = fs.Uint("discard", 9, "TCP and UDP discard port (0: off)")
+		httpPort  = fs.Uint("http", 80, "HTTP port: /bytes/N and a status page (0: off)")
+		metrics   = fs.String("metrics", "", "serve Prometheus metrics on this host address, e.g. 127.0.0.1:9100 (off by default)")
+		queues    = fs.Int("queues", 1, "device queues (PACKET_FANOUT sockets or TUN queues), each with its own receive goroutine")
+		offload   = fs.Bool("offload", true, "virtio-net header: checksum offload and GSO with the kernel")
+		mtu       = fs.Uint("mtu", 0, "tun only: device MTU (0: the device's default)")
+		busyPoll  = fs.String("busypoll", "off", "busy polling of readers: off, on:<us>, spin:<us> (ignores runnable goroutines; for comparison), adaptive[:<us>]")
+		impair    = fs.String("impair", "none", "fault injection, e.g. loss=5%,dup=1%,reorder=1%,corrupt=0.1%,delay=1ms,jitter=100us,seed=1")
+		cpuPath   = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+		tracePath = fs.String("trace", "", "write an execution trace of the whole run to this file (large: keep runs short)")
 	)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: ustack serve -link afpacket:IFACE|tun:NAME -addr CIDR[,CIDR] [flags]\n\nRuns a ustack host on a real interface with echo, discard and HTTP\nservices until SIGINT or SIGTERM.\n\nFlags:\n")
+		fmt.Fprintf(stderr, "Usage: ustack serve -link afpacket:IFACE|tun:NAME -addr CIDR[,CIDR] [flags]\n       ustack serve -stack kernel [-addr CIDR[,CIDR]] [flags]\n\nRuns a ustack host on a real interface with echo, discard and HTTP\nservices until SIGINT or SIGTERM; with -stack kernel, the same services\non the kernel's sockets.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if status, ok := parseFlags(fs, args); !ok {
@@ -53,6 +56,36 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		return usage("unexpected argument %q", fs.Arg(0))
+	}
+	for _, p := range []struct {
+		name string
+		v    uint
+	}{{"-echo", *echo}, {"-discard", *discard}, {"-http", *httpPort}} {
+		if p.v > 65535 {
+			return usage("%s %d: a port is at most 65535", p.name, p.v)
+		}
+	}
+	ports := serve.Ports{Echo: uint16(*echo), Discard: uint16(*discard), HTTP: uint16(*httpPort)}
+	switch *stackName {
+	case "ustack":
+	case "kernel":
+		var ustackOnly []string
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "link", "gw", "peer-addr", "qdisc", "queues", "offload", "mtu", "busypoll", "impair":
+				ustackOnly = append(ustackOnly, "-"+f.Name)
+			}
+		})
+		if len(ustackOnly) > 0 {
+			return usage("-stack kernel: %s configure ustack; configure the kernel's interfaces with ip(8) instead", strings.Join(ustackOnly, ", "))
+		}
+		prefixes, err := parsePrefixes(*addrs)
+		if err != nil {
+			return usage("-addr %q: want comma-separated CIDRs such as 198.18.0.2/24", *addrs)
+		}
+		return runServe(&serve.Config{Kernel: true, Addrs: prefixes, Ports: ports, Metrics: *metrics}, *cpuPath, *tracePath, stderr)
+	default:
+		return usage("-stack %q: want ustack or kernel", *stackName)
 	}
 	if *linkSpec == "" {
 		return usage("-link is required: afpacket:IFACE or tun:NAME")
@@ -83,14 +116,6 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 	if !sched.Known(*qdisc) {
 		return usage("%v", &sched.UnknownError{Name: *qdisc})
 	}
-	for _, p := range []struct {
-		name string
-		v    uint
-	}{{"-echo", *echo}, {"-discard", *discard}, {"-http", *httpPort}} {
-		if p.v > 65535 {
-			return usage("%s %d: a port is at most 65535", p.name, p.v)
-		}
-	}
 	if *queues < 1 {
 		return usage("-queues %d: must be at least 1", *queues)
 	}
@@ -114,19 +139,33 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ustack serve: %v\n", err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err = serve.Run(ctx, &serve.Config{
+	return runServe(&serve.Config{
 		Endpoint: ep,
 		Name:     spec.Name,
 		Addrs:    prefixes,
 		Gateways: gateways,
 		Qdisc:    *qdisc,
 		Stack:    &stack.Options{BusyPoll: bp},
-		Ports:    serve.Ports{Echo: uint16(*echo), Discard: uint16(*discard), HTTP: uint16(*httpPort)},
+		Ports:    ports,
 		Metrics:  *metrics,
-	}, stderr)
+	}, *cpuPath, *tracePath, stderr)
+}
+
+// runServe serves cfg until SIGINT or SIGTERM, profiling into the files
+// named ("" for none), and returns the exit status. It owns cfg.Endpoint.
+func runServe(cfg *serve.Config, cpuPath, tracePath string, stderr io.Writer) int {
+	stopProfiles, err := startProfiles(cpuPath, tracePath)
 	if err != nil {
+		if cfg.Endpoint != nil {
+			cfg.Endpoint.Close()
+		}
+		fmt.Fprintf(stderr, "ustack serve: %v\n", err)
+		return 1
+	}
+	defer stopProfiles()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := serve.Run(ctx, cfg, stderr); err != nil {
 		fmt.Fprintf(stderr, "ustack serve: %v\n", err)
 		return 1
 	}
