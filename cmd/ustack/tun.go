@@ -289,12 +289,7 @@ Flags:
 		if !*confine {
 			return true
 		}
-		err := sb.Confine()
-		if errors.Is(err, sandbox.ErrCapabilitiesKept) {
-			fmt.Fprintf(stderr, "ustack tun: %v\n", err)
-			return true
-		}
-		if err != nil {
+		if err := sb.Confine(); err != nil {
 			fmt.Fprintf(stderr, "ustack tun: %v (or turn confinement off with -seccomp=false)\n", err)
 			return false
 		}
