@@ -162,6 +162,33 @@ func TestRootless(t *testing.T) {
 		require.Equal(t, []string{"0", strconv.Itoa(r.uid), "1"}, strings.Fields(lines[1]))
 		require.Equal(t, "1", strings.Fields(lines[2])[0])
 	})
+	t.Run("userns map auto falls back to self", func(t *testing.T) {
+		// The user's subordinate ranges hidden for the run, restored after.
+		for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
+			b, err := os.ReadFile(f)
+			if os.IsNotExist(err) {
+				continue
+			}
+			require.NoError(t, err)
+			var kept []string
+			for _, line := range strings.SplitAfter(string(b), "\n") {
+				if !strings.HasPrefix(line, rootlessUser+":") && !strings.HasPrefix(line, strconv.Itoa(r.uid)+":") {
+					kept = append(kept, line)
+				}
+			}
+			require.NoError(t, os.WriteFile(f, []byte(strings.Join(kept, "")), 0o644))
+			t.Cleanup(func() { os.WriteFile(f, b, 0o644) })
+		}
+		c := r.cmd(r.bin, "tun", "-userns-map", "auto", "--", "cat", "/proc/self/uid_map")
+		var stderr bytes.Buffer
+		c.Stderr = &stderr
+		out, err := c.Output()
+		require.NoError(t, err, "%s", stderr.String())
+		require.Equal(t, []string{"0", strconv.Itoa(r.uid), "1"}, strings.Fields(string(out)), "only the user mapped, to root")
+		require.Equal(t, 1, strings.Count(stderr.String(), "user namespace map auto: "), "said once: %s", stderr.String())
+		require.Contains(t, stderr.String(), "has no range for")
+		require.Contains(t, stderr.String(), "mapping only your uid and gid")
+	})
 	t.Run("http", func(t *testing.T) {
 		n := sized(64 << 20)
 		out, err := r.tun(flags, "fetch", fmt.Sprintf("http://%s/bytes/%d", gw(hs.http), n)).Output()
