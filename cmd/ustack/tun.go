@@ -275,13 +275,28 @@ Flags:
 			return 1
 		}
 	}
+	// -exit-fd is a contract between processes (a supervisor's lifetime
+	// is the fd's), so it lives here and not in package sandbox: a
+	// program embedding the sandbox owns it and calls Close.
 	exitc := make(chan os.Signal, 1) // SIGTERM, when -exit-fd fires
 	if *exitFD >= 0 {
+		// Non-blocking, so that the runtime's poller waits for it and
+		// closing f when tunMain returns ends the reader.
+		if err := syscall.SetNonblock(*exitFD, true); err != nil {
+			fmt.Fprintf(stderr, "ustack tun: -exit-fd %d: %v: give an open descriptor, such as a pipe's read end\n", *exitFD, err)
+			return 1
+		}
 		f := os.NewFile(uintptr(*exitFD), "exit-fd")
-		// Closing f when tunMain returns ends the reader.
-		defer f.Close()
+		done := make(chan struct{})
+		defer func() {
+			f.Close()
+			<-done
+		}()
 		go func() {
-			f.Read(make([]byte, 1))
+			defer close(done)
+			if _, err := f.Read(make([]byte, 1)); errors.Is(err, os.ErrClosed) {
+				return // tunMain is returning
+			}
 			exitc <- syscall.SIGTERM
 		}()
 	}
