@@ -266,15 +266,6 @@ Flags:
 			return 1
 		}
 	}
-	if *readyFD >= 0 {
-		f := os.NewFile(uintptr(*readyFD), "ready-fd")
-		_, err := f.Write([]byte("1"))
-		f.Close()
-		if err != nil {
-			fmt.Fprintf(stderr, "ustack tun: -ready-fd %d: %v\n", *readyFD, err)
-			return 1
-		}
-	}
 	// -exit-fd is a contract between processes (a supervisor's lifetime
 	// is the fd's), so it lives here and not in package sandbox: a
 	// program embedding the sandbox owns it and calls Close.
@@ -299,6 +290,15 @@ Flags:
 			}
 			exitc <- syscall.SIGTERM
 		}()
+	}
+	if *readyFD >= 0 {
+		f := os.NewFile(uintptr(*readyFD), "ready-fd")
+		_, err := f.Write([]byte("1"))
+		f.Close()
+		if err != nil {
+			fmt.Fprintf(stderr, "ustack tun: -ready-fd %d: %v\n", *readyFD, err)
+			return 1
+		}
 	}
 	doConfine := func() bool {
 		if !*confine {
