@@ -162,6 +162,33 @@ func TestRootless(t *testing.T) {
 		require.Equal(t, []string{"0", strconv.Itoa(r.uid), "1"}, strings.Fields(lines[1]))
 		require.Equal(t, "1", strings.Fields(lines[2])[0])
 	})
+	t.Run("userns map auto falls back to self", func(t *testing.T) {
+		// The user's subordinate ranges hidden for the run, restored after.
+		for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
+			b, err := os.ReadFile(f)
+			if os.IsNotExist(err) {
+				continue
+			}
+			require.NoError(t, err)
+			var kept []string
+			for _, line := range strings.SplitAfter(string(b), "\n") {
+				if !strings.HasPrefix(line, rootlessUser+":") && !strings.HasPrefix(line, strconv.Itoa(r.uid)+":") {
+					kept = append(kept, line)
+				}
+			}
+			require.NoError(t, os.WriteFile(f, []byte(strings.Join(kept, "")), 0o644))
+			t.Cleanup(func() { os.WriteFile(f, b, 0o644) })
+		}
+		c := r.cmd(r.bin, "tun", "-userns-map", "auto", "--", "cat", "/proc/self/uid_map")
+		var stderr bytes.Buffer
+		c.Stderr = &stderr
+		out, err := c.Output()
+		require.NoError(t, err, "%s", stderr.String())
+		require.Equal(t, []string{"0", strconv.Itoa(r.uid), "1"}, strings.Fields(string(out)), "only the user mapped, to root")
+		require.Equal(t, 1, strings.Count(stderr.String(), "user namespace map auto: "), "said once: %s", stderr.String())
+		require.Contains(t, stderr.String(), "has no range for")
+		require.Contains(t, stderr.String(), "mapping only your uid and gid")
+	})
 	t.Run("http", func(t *testing.T) {
 		n := sized(64 << 20)
 		out, err := r.tun(flags, "fetch", fmt.Sprintf("http://%s/bytes/%d", gw(hs.http), n)).Output()
@@ -321,21 +348,43 @@ func TestRootlessSupervisor(t *testing.T) {
 		return strings.Contains(string(b), "Seccomp:\t2") && strings.Contains(string(b), "NoNewPrivs:\t1")
 	}, 20*time.Second, 50*time.Millisecond, "ustack tun is not under its seccomp filter")
 
-	api := func(req string) map[string]any {
-		conn, err := net.Dial("unix", sock)
+	// As rootlesskit's slirp4netns port driver calls the API: one
+	// connection per request, the request JSON-encoded, the write side
+	// shut down, the whole answer read and decoded into return or error.
+	type apiReply struct {
+		Return map[string]any `json:"return,omitempty"`
+		Error  map[string]any `json:"error,omitempty"`
+	}
+	type addArgs struct {
+		Proto     string `json:"proto"`
+		HostAddr  string `json:"host_addr"`
+		HostPort  int    `json:"host_port"`
+		GuestAddr string `json:"guest_addr"`
+		GuestPort int    `json:"guest_port"`
+	}
+	type removeArgs struct {
+		ID int `json:"id"`
+	}
+	api := func(execute string, args any) apiReply {
+		conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Net: "unix", Name: sock})
 		require.NoError(t, err)
 		defer conn.Close()
-		_, err = conn.Write([]byte(req))
+		req := map[string]any{"execute": execute}
+		if args != nil {
+			req["arguments"] = args
+		}
+		require.NoError(t, json.NewEncoder(conn).Encode(req))
+		require.NoError(t, conn.CloseWrite())
+		b, err := io.ReadAll(conn)
 		require.NoError(t, err)
-		var resp map[string]any
-		require.NoError(t, json.NewDecoder(conn).Decode(&resp))
-		return resp
+		var rep apiReply
+		require.NoError(t, json.Unmarshal(b, &rep), "%s", b)
+		return rep
 	}
 	port := freePort(t)
-	resp := api(fmt.Sprintf(`{"execute": "add_hostfwd", "arguments": {"proto": "tcp", "host_addr": "127.0.0.1", "host_port": %d, "guest_addr": "%v", "guest_port": 7000}}`, port, sandbox.DefaultAddr4.Addr()))
-	require.Contains(t, resp, "return", "%v", resp)
-	id := resp["return"].(map[string]any)["id"].(float64)
-	require.Equal(t, float64(1), id)
+	rep := api("add_hostfwd", addArgs{Proto: "tcp", HostAddr: "127.0.0.1", HostPort: port, GuestAddr: sandbox.DefaultAddr4.Addr().String(), GuestPort: 7000})
+	require.Empty(t, rep.Error)
+	require.Equal(t, map[string]any{"id": float64(1)}, rep.Return)
 
 	// The echo server inside may not listen yet: retry the first connect.
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
@@ -355,18 +404,20 @@ func TestRootlessSupervisor(t *testing.T) {
 	require.NoError(t, err)
 	defer held.Close()
 
-	resp = api(`{"execute": "list_hostfwd"}`)
-	entries := resp["return"].(map[string]any)["entries"].([]any)
-	require.Len(t, entries, 1)
-	e := entries[0].(map[string]any)
-	require.Equal(t, map[string]any{"id": float64(1), "proto": "tcp", "host_addr": "127.0.0.1", "host_port": float64(port), "guest_addr": sandbox.DefaultAddr4.Addr().String(), "guest_port": float64(7000)}, e)
+	rep = api("list_hostfwd", nil)
+	require.Empty(t, rep.Error)
+	require.Equal(t, map[string]any{"entries": []any{map[string]any{
+		"id": float64(1), "proto": "tcp", "host_addr": "127.0.0.1", "host_port": float64(port),
+		"guest_addr": sandbox.DefaultAddr4.Addr().String(), "guest_port": float64(7000),
+	}}}, rep.Return)
 
-	resp = api(`{"execute": "remove_hostfwd", "arguments": {"id": 1}}`)
-	require.Equal(t, map[string]any{"return": map[string]any{}}, resp)
-	resp = api(`{"execute": "remove_hostfwd", "arguments": {"id": 1}}`)
-	require.Contains(t, resp, "error")
-	resp = api(`{"execute": "list_hostfwd"}`)
-	require.Empty(t, resp["return"].(map[string]any)["entries"])
+	rep = api("remove_hostfwd", removeArgs{ID: 1})
+	require.Empty(t, rep.Error)
+	require.Equal(t, map[string]any{}, rep.Return)
+	rep = api("remove_hostfwd", removeArgs{ID: 1})
+	require.Contains(t, rep.Error["desc"], "bad request: remove_hostfwd: bad arguments.id")
+	rep = api("list_hostfwd", nil)
+	require.Equal(t, map[string]any{"entries": []any{}}, rep.Return)
 	_, err = net.Dial("tcp", addr)
 	require.Error(t, err, "the host port is closed once the forward is removed")
 	// The held connection still flows.
@@ -379,8 +430,8 @@ func TestRootlessSupervisor(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, msg, got)
 
-	resp = api(`{"execute": "nonsense"}`)
-	require.Contains(t, resp, "error")
+	rep = api("nonsense", nil)
+	require.Contains(t, rep.Error["desc"], "bad request: unknown execute")
 
 	// Closing the exit fd ends ustack (and the command, with SIGTERM).
 	exitW.Close()
@@ -413,4 +464,79 @@ func requireEcho(t *testing.T, addr string) {
 	_, err = io.ReadFull(c, got)
 	require.NoError(t, err)
 	require.Equal(t, msg, got)
+}
+
+// TestSandboxTunConfinedAsRoot runs `ustack tun` as root, as CI builds it
+// (cgo linked), and checks that once its command runs, every thread of
+// ustack is under the seccomp filter and holds no capability but
+// CAP_NET_BIND_SERVICE, in every set, the bounding set included; and
+// that a ping relayed through the raw socket opened before the drop
+// still flows without CAP_NET_RAW.
+func TestSandboxTunConfinedAsRoot(t *testing.T) {
+	needPrivilege(t, "ustack tun as root", nsProbe())
+	needTool(t, "ping", "iputils-ping")
+	lo, err := netlink.LinkByName("lo")
+	require.NoError(t, err)
+	a, err := netlink.ParseAddr("198.18.99.78/32")
+	require.NoError(t, err)
+	require.NoError(t, netlink.AddrAdd(lo, a))
+	defer netlink.AddrDel(lo, a)
+
+	c := exec.Command(buildUstack(t), "tun", "-stats", "--", "sh", "-c", "read x; ping -c 2 -W 5 198.18.99.78")
+	stdin, err := c.StdinPipe()
+	require.NoError(t, err)
+	var out bytes.Buffer
+	c.Stdout, c.Stderr = &out, &out
+	require.NoError(t, c.Start())
+	waited := false
+	defer func() {
+		if !waited {
+			c.Process.Kill()
+			c.Wait()
+		}
+	}()
+	pid := c.Process.Pid
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		return strings.Contains(string(b), "Seccomp:\t2")
+	}, 20*time.Second, 50*time.Millisecond, "ustack tun is not under its seccomp filter")
+
+	const kept = uint64(1) << 10 // CAP_NET_BIND_SERVICE
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	require.NoError(t, err)
+	require.NotEmpty(t, tasks)
+	for _, task := range tasks {
+		b, err := os.ReadFile(task)
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		sets := 0
+		for _, line := range strings.Split(string(b), "\n") {
+			name, val, ok := strings.Cut(line, ":\t")
+			if !ok || !strings.HasPrefix(name, "Cap") && name != "Seccomp" && name != "NoNewPrivs" {
+				continue
+			}
+			switch name {
+			case "Seccomp":
+				require.Equal(t, "2", val, "%s: not under the filter", task)
+			case "NoNewPrivs":
+				require.Equal(t, "1", val, "%s: no_new_privs unset", task)
+			default:
+				v, err := strconv.ParseUint(val, 16, 64)
+				require.NoError(t, err)
+				require.Zero(t, v&^kept, "%s: %s %016x: capabilities kept after confinement", task, name, v)
+				sets++
+			}
+		}
+		require.Equal(t, 5, sets, "%s: capability sets", task)
+	}
+	t.Logf("%d threads of ustack tun, each at most %016x", len(tasks), kept)
+
+	stdin.Write([]byte("go\n"))
+	stdin.Close()
+	err = c.Wait()
+	waited = true
+	require.NoError(t, err, "%s", out.String())
+	require.Contains(t, out.String(), "2 received")
+	require.Contains(t, out.String(), "pings up 2 down 2")
 }

@@ -1,14 +1,16 @@
 package sandbox
 
 import (
-	"errors"
 	"fmt"
-	"syscall"
+	"os"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/sys/unix"
+	"kernel.org/pub/linux/libs/security/libcap/psx"
 )
 
 // relaySyscalls are the system calls a serving sandbox makes: the Go
@@ -106,17 +108,17 @@ func confinePolicy() (seccomp.Policy, error) {
 // Confine confines this process once the sandbox serves (and its command,
 // if any, runs: commands started afterwards would inherit the filter and
 // could not be executed). It opens the ping relay's host sockets, drops
-// every capability but CAP_NET_BIND_SERVICE (kept if held, for
-// forwards added through the API) from every thread, sets no_new_privs
-// and loads a seccomp filter on every thread (TSYNC) that allows only the
-// system calls the relay needs (relaySyscalls): a denied call fails with
-// EPERM, so the process can no longer execute a program, fork, or open a
-// raw or packet socket. It cannot be undone.
+// from every thread every capability but CAP_NET_BIND_SERVICE (kept if
+// held, for forwards below port 1024 added through the API socket) and
+// empties the bounding set but for it, sets no_new_privs and loads a
+// seccomp filter on every thread (TSYNC) that allows only the system
+// calls the relay needs (relaySyscalls): a denied call fails with EPERM,
+// so the process can no longer execute a program, fork, or open a raw or
+// packet socket. It cannot be undone.
 func (s *Sandbox) Confine() error {
 	s.fw.OpenEcho()
-	capErr := dropCapabilities()
-	if capErr != nil && !errors.Is(capErr, ErrCapabilitiesKept) {
-		return capErr
+	if err := dropCapabilities(); err != nil {
+		return err
 	}
 	p, err := confinePolicy()
 	if err != nil {
@@ -128,47 +130,66 @@ func (s *Sandbox) Confine() error {
 	if err := seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: p}); err != nil {
 		return fmt.Errorf("sandbox: load the seccomp filter: %w", err)
 	}
-	return capErr
+	return nil
 }
 
-// ErrCapabilitiesKept is what Confine returns, once it has loaded its
-// filter, when it could not drop this process's capabilities: changing
-// every thread's takes a program built without cgo (CGO_ENABLED=0, or
-// the tags netgo,osusergo), for the Go runtime's AllThreadsSyscall.
-var ErrCapabilitiesKept = errors.New("sandbox: capabilities kept: dropping them from every thread takes a build without cgo (CGO_ENABLED=0 go build); the seccomp filter is loaded")
+// keptCap is the one capability a confined sandbox keeps, if it has it:
+// binding host ports below 1024 for forwards added at run time. Every
+// other privilege the relay uses is spent before: the TUN device and the
+// namespace exist, the ping relay's raw sockets (CAP_NET_RAW) are open.
+const keptCap = unix.CAP_NET_BIND_SERVICE
 
-// dropCapabilities leaves every thread only CAP_NET_BIND_SERVICE, if it
-// had it, and empties the bounding set but for it.
+// dropCapabilities leaves every thread at most keptCap in its effective
+// and permitted sets, nothing inheritable, and a bounding set of at most
+// keptCap. Capabilities belong to each thread, so each thread must drop
+// its own: psx runs the system calls on all of them at once, through the
+// Go runtime's AllThreadsSyscall in a build without cgo, and through
+// libpsx's signal to every thread in one with cgo (where AllThreadsSyscall
+// refuses to).
 func dropCapabilities() error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("sandbox: capget: %w", err)
+		return fmt.Errorf("sandbox: read this process's capabilities: %w", os.NewSyscallError("capget", err))
 	}
-	if data[0].Permitted == 0 && data[1].Permitted == 0 {
-		return nil // unprivileged: nothing to drop
+	if data[0].Permitted == 0 && data[1].Permitted == 0 && data[0].Inheritable == 0 && data[1].Inheritable == 0 {
+		// Unprivileged: nothing to drop. The bounding set cannot be
+		// lowered without CAP_SETPCAP, and only matters to execve, which
+		// no_new_privs and the filter forbid.
+		return nil
 	}
-	const keep = unix.CAP_NET_BIND_SERVICE
-	had := data[0].Permitted&(1<<keep) != 0
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_GETPID, 0, 0, 0); e == unix.ENOTSUP {
-		return ErrCapabilitiesKept
-	}
-	// The bounding set first: dropping from it takes CAP_SETPCAP, which
-	// goes with the rest below. Without it (no privilege at all), the
-	// empty permitted set and no_new_privs bound us already.
-	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
-		if c == keep {
-			continue
+	had := data[0].Permitted&(1<<keptCap) != 0
+	// The bounding set first, while CAP_SETPCAP is still held (lowering
+	// it takes that capability); without it the empty permitted set and
+	// no_new_privs bound us just as well.
+	if data[0].Effective&(1<<unix.CAP_SETPCAP) != 0 {
+		for c := 0; c <= lastCap(); c++ {
+			if c == keptCap {
+				continue
+			}
+			if _, _, e := psx.Syscall3(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); e != 0 {
+				return fmt.Errorf("sandbox: drop capability %d from the bounding set: %w (or turn confinement off with -seccomp=false)", c, os.NewSyscallError("prctl PR_CAPBSET_DROP", e))
+			}
 		}
-		syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0)
 	}
 	data = [2]unix.CapUserData{}
 	if had {
-		data[0].Permitted = 1 << keep
-		data[0].Effective = 1 << keep
+		data[0].Permitted = 1 << keptCap
+		data[0].Effective = 1 << keptCap
 	}
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
-		return fmt.Errorf("sandbox: drop capabilities: %w", e)
+	if _, _, e := psx.Syscall3(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return fmt.Errorf("sandbox: drop capabilities: %w (or turn confinement off with -seccomp=false)", os.NewSyscallError("capset", e))
 	}
 	return nil
+}
+
+// lastCap is the kernel's highest capability number, which may be below
+// or above the one golang.org/x/sys knows.
+func lastCap() int {
+	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			return n
+		}
+	}
+	return unix.CAP_LAST_CAP
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -44,6 +46,7 @@ func TestConfine(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "confined ok") {
 		t.Fatalf("confined child: %v\n%s", err, out)
 	}
+	t.Logf("%s", out)
 }
 
 func confinedChild() error {
@@ -57,7 +60,28 @@ func confinedChild() error {
 	if err != nil {
 		return err
 	}
-	if err := dropCapabilities(); err != nil && !errors.Is(err, ErrCapabilitiesKept) {
+	// Threads the runtime has before the drop, some blocked in system
+	// calls: the drop must reach them too.
+	runtime.GOMAXPROCS(8)
+	stop := make(chan struct{})
+	var sleepers, locked sync.WaitGroup
+	for range 8 {
+		sleepers.Add(1)
+		locked.Add(1)
+		go func() {
+			defer sleepers.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			locked.Done()
+			<-stop
+		}()
+	}
+	locked.Wait()
+	before, err := threadCaps()
+	if err != nil {
+		return err
+	}
+	if err := dropCapabilities(); err != nil {
 		return err
 	}
 	if err := seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: p}); err != nil {
@@ -119,7 +143,85 @@ func confinedChild() error {
 	for err := range errc {
 		return err
 	}
+	// Every thread, those from before the drop and those the runtime
+	// started since, holds at most keptCap, and so does the bounding set
+	// if it could be lowered (with CAP_SETPCAP, as root).
+	after, err := threadCaps()
+	close(stop)
+	sleepers.Wait()
+	if err != nil {
+		return err
+	}
+	const kept = uint64(1) << keptCap
+	canBound := before[0].set["CapEff"]&(1<<unix.CAP_SETPCAP) != 0
+	for _, tc := range after {
+		for _, name := range []string{"CapEff", "CapPrm", "CapInh", "CapAmb"} {
+			if tc.set[name]&^kept != 0 {
+				return fmt.Errorf("thread %s: %s %016x after the drop, want at most %016x", tc.tid, name, tc.set[name], kept)
+			}
+		}
+		if canBound && tc.set["CapBnd"]&^kept != 0 {
+			return fmt.Errorf("thread %s: CapBnd %016x after the drop, want at most %016x", tc.tid, tc.set["CapBnd"], kept)
+		}
+	}
+	if len(after) <= len(before) {
+		return fmt.Errorf("%d threads after the traffic, %d before: the check must cover threads made since the drop", len(after), len(before))
+	}
+	fmt.Printf("%d threads before the drop (CapEff %016x, cgo %v), %d after, each at most %016x\n",
+		len(before), before[0].set["CapEff"], cgoBuild(), len(after), kept)
 	return nil
+}
+
+// taskCaps are one thread's capability sets, from its status file.
+type taskCaps struct {
+	tid string
+	set map[string]uint64 // CapInh, CapPrm, CapEff, CapBnd, CapAmb
+}
+
+// threadCaps reads the capability sets of every thread of this process.
+func threadCaps() ([]taskCaps, error) {
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return nil, err
+	}
+	var out []taskCaps
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/self/task/" + e.Name() + "/status")
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		tc := taskCaps{tid: e.Name(), set: map[string]uint64{}}
+		for _, line := range strings.Split(string(b), "\n") {
+			name, val, ok := strings.Cut(line, ":\t")
+			if !ok || !strings.HasPrefix(name, "Cap") {
+				continue
+			}
+			if tc.set[name], err = strconv.ParseUint(val, 16, 64); err != nil {
+				return nil, fmt.Errorf("thread %s: %s %q: %v", e.Name(), name, val, err)
+			}
+		}
+		if len(tc.set) != 5 {
+			return nil, fmt.Errorf("thread %s: capability sets %v in its status", e.Name(), tc.set)
+		}
+		out = append(out, tc)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no thread in /proc/self/task")
+	}
+	return out, nil
+}
+
+// cgoBuild reports whether this binary links cgo, where the drop cannot
+// use the Go runtime's AllThreadsSyscall.
+func cgoBuild() bool {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "CGO_ENABLED" {
+				return s.Value == "1"
+			}
+		}
+	}
+	return false
 }
 
 func roundTrip(addr string, n int) error {

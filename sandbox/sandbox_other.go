@@ -25,9 +25,6 @@ func Init() {}
 // Run returns ErrNotSupported on this system.
 func (s *Sandbox) Run(*exec.Cmd, func(*os.Process)) error { return ErrNotSupported }
 
-// ErrCapabilitiesKept is never returned on this system.
-var ErrCapabilitiesKept = errors.New("sandbox: capabilities kept")
-
 // Confine returns ErrNotSupported on this system.
 func (s *Sandbox) Confine() error { return ErrNotSupported }
 

@@ -247,9 +247,15 @@ func joinArgs(path, userns string) ([]string, []*os.File, error) {
 	return []string{"--preserve-credentials", "--user=/proc/self/fd/5", "--net=/proc/self/fd/4"}, []*os.File{netf, userf}, nil
 }
 
+// subIDFiles are the files naming the subordinate uid and gid ranges
+// newuidmap and newgidmap let a user map (variables for the tests).
+var subIDFiles = [2]string{"/etc/subuid", "/etc/subgid"}
+
 // usernsMap picks the mapping for a new user namespace: the one asked
 // for, or auto where newuidmap, newgidmap and ranges in /etc/subuid and
-// /etc/subgid exist and self otherwise, with a note saying why.
+// /etc/subgid exist and self otherwise. Asked for auto explicitly and
+// falling back to self, it says so in note; the default ("") falls back
+// silently, being documented as auto where available.
 func usernsMap(asked string) (mode, note string) {
 	if asked == UsernsMapSelf {
 		return UsernsMapSelf, ""
@@ -259,7 +265,7 @@ func usernsMap(asked string) (mode, note string) {
 	case why == "":
 		return UsernsMapAuto, ""
 	case asked == UsernsMapAuto:
-		return UsernsMapSelf, "user namespace map auto: " + why + "; mapping only your uid and gid to root inside (self)"
+		return UsernsMapSelf, "user namespace map auto: " + why + "; mapping only your uid and gid, to root inside (self): commands that switch to other users in the sandbox will fail"
 	}
 	return UsernsMapSelf, ""
 }
@@ -271,24 +277,22 @@ func autoMissing() string {
 			return tool + " is not installed (package uidmap)"
 		}
 	}
-	for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
-		if _, _, err := subRange(f); err != nil {
+	for i, f := range subIDFiles {
+		if _, _, err := subRange(f, []int{os.Getuid(), os.Getgid()}[i]); err != nil {
 			return err.Error()
 		}
 	}
 	return ""
 }
 
-// subRange finds the caller's first range in /etc/subuid or /etc/subgid.
-func subRange(file string) (start, count int, err error) {
+// subRange finds the first range of id (or of the caller's user name) in
+// file, a subuid or subgid file.
+func subRange(file string, id int) (start, count int, err error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return 0, 0, fmt.Errorf("%s: %w", file, err)
+		return 0, 0, fmt.Errorf("%s: %w (add a range with usermod --add-subuids/--add-subgids)", file, err)
 	}
-	names := []string{strconv.Itoa(os.Getuid())}
-	if file == "/etc/subgid" {
-		names = []string{strconv.Itoa(os.Getgid())}
-	}
+	names := []string{strconv.Itoa(id)}
 	if u, err := lookupName(os.Getuid()); err == nil {
 		names = append(names, u)
 	}
@@ -308,7 +312,7 @@ func subRange(file string) (start, count int, err error) {
 			}
 		}
 	}
-	return 0, 0, fmt.Errorf("%s has no range for uid %d (add one with usermod --add-subuids/--add-subgids)", file, os.Getuid())
+	return 0, 0, fmt.Errorf("%s has no range for %s (add one with usermod --add-subuids/--add-subgids)", file, strings.Join(names, " or "))
 }
 
 // lookupName is the user name of uid, from /etc/passwd.
@@ -332,8 +336,8 @@ func mapAuto(pid int) error {
 	for _, m := range []struct {
 		tool, file string
 		id         int
-	}{{"newuidmap", "/etc/subuid", os.Getuid()}, {"newgidmap", "/etc/subgid", os.Getgid()}} {
-		start, count, err := subRange(m.file)
+	}{{"newuidmap", subIDFiles[0], os.Getuid()}, {"newgidmap", subIDFiles[1], os.Getgid()}} {
+		start, count, err := subRange(m.file, m.id)
 		if err != nil {
 			return fmt.Errorf("sandbox: %w", err)
 		}

@@ -8,26 +8,39 @@
 #
 # Needs root, sockperf, slirp4netns and pasta (Debian packages), and a built
 # ustack (USTACK, default: go build into a temporary directory). Everything
-# it creates (one namespace, processes) is removed on exit; no traffic
-# leaves loopback and the namespaces it creates.
+# it creates (namespaces, processes) is removed on exit; no traffic leaves
+# loopback and the namespaces it creates.
+#
+# A peer named NAME:u runs unprivileged, as the user RUNAS, the way a
+# rootless tool runs it: slirp4netns serving a namespace the user made
+# with `unshare -rn`, pasta and `ustack tun` making their own user
+# namespace. /dev/net/tun is made mode 0666 for the run, as distributions
+# ship it, and restored on exit. ustack-noseccomp is ustack with
+# -seccomp=false (confinement off), to measure what confinement costs.
+#   PEERS="kernel slirp4netns slirp4netns:u pasta pasta:u ustack ustack:u" tun-rr.sh
 #
 # Env: DUR [5] seconds per run, REPS [3], PORT [5401], MSG [64] bytes,
-#      USTACK [built here], PEERS ["kernel slirp4netns pasta ustack"]
+#      USTACK [built here], PEERS ["kernel slirp4netns pasta ustack"],
+#      RUNAS [ustack-test] the user of the :u peers (useradd -M -s /bin/sh
+#      ustack-test)
 set -u
 export LC_ALL=C
 DUR=${DUR:-5} REPS=${REPS:-3} PORT=${PORT:-5401} MSG=${MSG:-64}
 PEERS=${PEERS:-"kernel slirp4netns pasta ustack"}
-[ "$(id -u)" = 0 ] || { echo "tun-rr.sh: must run as root" >&2; exit 1; }
+RUNAS=${RUNAS:-ustack-test}
+[ "$(id -u)" = 0 ] || { echo "tun-rr.sh: must run as root (the :u peers switch to RUNAS themselves)" >&2; exit 1; }
 for t in sockperf slirp4netns pasta ip; do
     command -v "$t" >/dev/null || { echo "tun-rr.sh: missing $t (apt-get install sockperf slirp4netns passt)" >&2; exit 1; }
 done
 WORK=$(mktemp -d -t tun-rr.XXXXXX)
 NS=tunrr-$$
 PIDS=()
+TUNMODE=
 cleanup() {
     local p
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
     ip netns del "$NS" 2>/dev/null
+    [ -n "$TUNMODE" ] && chmod "$TUNMODE" /dev/net/tun
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -39,10 +52,33 @@ if [ -z "${USTACK:-}" ]; then
 fi
 sockperf server --tcp -i 127.0.0.1 -p "$PORT" >"$WORK/server.log" 2>&1 &
 PIDS+=($!)
-ip netns add "$NS" || exit 1
-slirp4netns --configure --mtu=65520 --netns-type=path "/var/run/netns/$NS" tap0 >"$WORK/slirp.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 50); do ip -n "$NS" -4 addr show dev tap0 2>/dev/null | grep -q 'inet ' && break; sleep 0.1; done
+case " $PEERS " in *" slirp4netns "*)
+    ip netns add "$NS" || exit 1
+    slirp4netns --configure --mtu=65520 --netns-type=path "/var/run/netns/$NS" tap0 >"$WORK/slirp.log" 2>&1 &
+    PIDS+=($!)
+    for _ in $(seq 50); do ip -n "$NS" -4 addr show dev tap0 2>/dev/null | grep -q 'inet ' && break; sleep 0.1; done
+esac
+AS=
+case " $PEERS " in *:u" "*)
+    for t in setpriv unshare nsenter; do
+        command -v "$t" >/dev/null || { echo "tun-rr.sh: missing $t (apt-get install util-linux)" >&2; exit 1; }
+    done
+    RUID=$(id -u "$RUNAS" 2>/dev/null) || { echo "tun-rr.sh: no user $RUNAS for the :u peers: useradd -M -s /bin/sh $RUNAS, or set RUNAS" >&2; exit 1; }
+    AS="setpriv --reuid=$RUID --regid=$(id -g "$RUNAS") --clear-groups"
+    TUNMODE=$(stat -c %a /dev/net/tun) && chmod 0666 /dev/net/tun
+    # A copy the user may execute, wherever USTACK is.
+    chmod 0755 "$WORK" && cp "$USTACK" "$WORK/ustack-u" && chmod 0755 "$WORK/ustack-u" && USTACK=$WORK/ustack-u
+    # The user's own network namespace for slirp4netns:u, held by sleep.
+    case " $PEERS " in *" slirp4netns:u "*)
+        $AS unshare -rn sleep infinity &
+        HOLDER=$!
+        PIDS+=($HOLDER)
+        for _ in $(seq 50); do [ "$(cat /proc/$HOLDER/comm 2>/dev/null)" = sleep ] && break; sleep 0.1; done
+        $AS slirp4netns --configure --mtu=65520 "$HOLDER" tap0 >"$WORK/slirp-u.log" 2>&1 &
+        PIDS+=($!)
+        for _ in $(seq 50); do nsenter -t "$HOLDER" -n ip -4 addr show dev tap0 2>/dev/null | grep -q 'inet ' && break; sleep 0.1; done
+    esac
+esac
 GW=$(ip -4 route show default | awk '/^default/{print $3; exit}')
 sleep 0.5
 
@@ -52,10 +88,16 @@ run_peer() {   # run_peer NAME -> prints "avg p50 p99" in usec
     case $1 in
         kernel) out=$($(client 127.0.0.1) 2>&1) ;;
         slirp4netns) out=$(ip netns exec "$NS" $(client 10.0.2.2) 2>&1) ;;
+        slirp4netns:u) out=$($AS nsenter -t "$HOLDER" -U --preserve-credentials -n $(client 10.0.2.2) 2>&1) ;;
         pasta) out=$(pasta --runas 0 --config-net -q -f -- $(client "$GW") 2>&1) ;;
+        pasta:u) out=$($AS pasta --config-net -q -f -- $(client "$GW") 2>&1) ;;
         ustack) out=$("$USTACK" tun -allow-host-loopback -- $(client 198.18.0.1) 2>&1) ;;
+        ustack:u) out=$($AS "$USTACK" tun -allow-host-loopback -- $(client 198.18.0.1) 2>&1) ;;
+        ustack-noseccomp) out=$("$USTACK" tun -seccomp=false -allow-host-loopback -- $(client 198.18.0.1) 2>&1) ;;
+        ustack-noseccomp:u) out=$($AS "$USTACK" tun -seccomp=false -allow-host-loopback -- $(client 198.18.0.1) 2>&1) ;;
+        *) out="tun-rr.sh: unknown peer $1" ;;
     esac
-    echo "$out" >>"$WORK/$1.log"
+    echo "$out" >>"$WORK/${1/:/-}.log"
     local avg p50 p99
     avg=$(echo "$out" | sed -n 's/.*Summary: Latency is \([0-9.]*\) usec.*/\1/p' | tail -1)
     p50=$(echo "$out" | sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' | tail -1)
@@ -68,12 +110,12 @@ for r in $(seq "$REPS"); do
 done
 printf '# %s %s cpus, sockperf TCP ping-pong %dB, %ss x %d runs (alternating); latency usec (half round trip, as sockperf reports)\n' \
     "$(date -u +%FT%TZ)" "$(nproc)" "$MSG" "$DUR" "$REPS"
-printf '%-12s %9s %9s %9s %12s  %s\n' peer avg p50 p99 "trans/s" runs
+printf '%-20s %9s %9s %9s %12s  %s\n' peer avg p50 p99 "trans/s" runs
 for p in $PEERS; do
     # the run with the median average
     line=$(printf '%s' "${RES[$p]}" | grep -E '^[0-9.]+ ' | sort -g | awk '{a[NR]=$0} END{if(NR) print a[int((NR+1)/2)]}')
     runs=$(printf '%s' "${RES[$p]}" | awk '{printf "%s%s", (NR>1?"/":""), $1}')
-    if [ -z "$line" ]; then printf '%-12s %9s\n' "$p" fail; continue; fi
+    if [ -z "$line" ]; then printf '%-20s %9s\n' "$p" fail; continue; fi
     set -- $line
-    printf '%-12s %9s %9s %9s %12.0f  %s\n' "$p" "$1" "$2" "$3" "$(echo "1000000 / (2 * $1)" | bc -l)" "$runs"
+    printf '%-20s %9s %9s %9s %12.0f  %s\n' "$p" "$1" "$2" "$3" "$(echo "1000000 / (2 * $1)" | bc -l)" "$runs"
 done

@@ -266,6 +266,31 @@ Flags:
 			return 1
 		}
 	}
+	// -exit-fd is a contract between processes (a supervisor's lifetime
+	// is the fd's), so it lives here and not in package sandbox: a
+	// program embedding the sandbox owns it and calls Close.
+	exitc := make(chan os.Signal, 1) // SIGTERM, when -exit-fd fires
+	if *exitFD >= 0 {
+		// Non-blocking, so that the runtime's poller waits for it and
+		// closing f when tunMain returns ends the reader.
+		if err := syscall.SetNonblock(*exitFD, true); err != nil {
+			fmt.Fprintf(stderr, "ustack tun: -exit-fd %d: %v: give an open descriptor, such as a pipe's read end\n", *exitFD, err)
+			return 1
+		}
+		f := os.NewFile(uintptr(*exitFD), "exit-fd")
+		done := make(chan struct{})
+		defer func() {
+			f.Close()
+			<-done
+		}()
+		go func() {
+			defer close(done)
+			if _, err := f.Read(make([]byte, 1)); errors.Is(err, os.ErrClosed) {
+				return // tunMain is returning
+			}
+			exitc <- syscall.SIGTERM
+		}()
+	}
 	if *readyFD >= 0 {
 		f := os.NewFile(uintptr(*readyFD), "ready-fd")
 		_, err := f.Write([]byte("1"))
@@ -275,26 +300,11 @@ Flags:
 			return 1
 		}
 	}
-	exitc := make(chan os.Signal, 1) // SIGTERM, when -exit-fd fires
-	if *exitFD >= 0 {
-		f := os.NewFile(uintptr(*exitFD), "exit-fd")
-		// Closing f when tunMain returns ends the reader.
-		defer f.Close()
-		go func() {
-			f.Read(make([]byte, 1))
-			exitc <- syscall.SIGTERM
-		}()
-	}
 	doConfine := func() bool {
 		if !*confine {
 			return true
 		}
-		err := sb.Confine()
-		if errors.Is(err, sandbox.ErrCapabilitiesKept) {
-			fmt.Fprintf(stderr, "ustack tun: %v\n", err)
-			return true
-		}
-		if err != nil {
+		if err := sb.Confine(); err != nil {
 			fmt.Fprintf(stderr, "ustack tun: %v (or turn confinement off with -seccomp=false)\n", err)
 			return false
 		}
