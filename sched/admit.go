@@ -55,7 +55,8 @@ func (q *Qdisc) admit(pkt *stack.PacketBuffer) tcpip.Error {
 
 // admitLocked takes one packet under the root lock. It returns runner=true
 // if the caller now owns the running token, and first, a reference to pkt,
-// if pkt should be sent directly (bypass).
+// if pkt should be sent directly (bypass); runner with a nil first is a
+// take-over of a receive round's token whose queue holds a batch.
 func (q *Qdisc) admitLocked(pkt *stack.PacketBuffer) (first *stack.PacketBuffer, runner bool, err tcpip.Error) {
 	q.offered++
 	switch {
@@ -76,7 +77,7 @@ func (q *Qdisc) admitLocked(pkt *stack.PacketBuffer) (first *stack.PacketBuffer,
 	q.fifo.pushBack(pkt.IncRef())
 	q.backlogHint.Store(int32(q.fifo.len()))
 	q.enqueued++
-	return nil, false, nil
+	return nil, q.roundFullLocked(), nil
 }
 
 // closedRoom is the channel Room returns when there is room already.

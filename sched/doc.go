@@ -22,8 +22,11 @@
 // the link refused, resumed on the link's writability signal
 // (WritableNotifier) or a timer; a full queue that refuses at once, never
 // parking its caller, with a signal for writers that can wait for room
-// (RoomNotifier, which package stack's UDP sockets use); and counters plus
-// a contention profile cheap enough to leave on (Stats). They differ only in admission, each
+// (RoomNotifier, which package stack's UDP sockets use); one flush per
+// receive round for links that say when a round begins and ends
+// (RoundNotifier, Linux's xmit_more: what a round's delivery writes leaves
+// in one batch at its end); and counters plus a contention profile cheap
+// enough to leave on (Stats). They differ only in admission, each
 // from a netdev result: "rootlock" (everyone on the root lock, before
 // 2010), "busylock" (a second lock for enqueuers that find the qdisc
 // running), "enqlock" (a dedicated enqueue lock), and "llist" (a lock-free

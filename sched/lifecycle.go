@@ -36,6 +36,9 @@ func newQdisc(strat strategy, lower stack.LinkWriter, o Options) (*Qdisc, error)
 		q.notifies = true
 		n.NotifyWritable(q.onWritable)
 	}
+	if n, ok := lower.(RoundNotifier); ok {
+		n.NotifyRounds(q.beginRound, q.endRound)
+	}
 	go q.txLoop()
 	return q, nil
 }
@@ -56,11 +59,13 @@ func (q *Qdisc) Close() {
 	q.closeWaits = true
 	// Writers waiting for room learn at once that none will come.
 	q.signalRoomLocked()
-	for q.running && !q.parked {
+	// A token parked, or held for a receive round, has nobody sending to
+	// wait for; the round's end then finds the discipline closed.
+	for q.running && !q.parked && !q.inRound {
 		q.idle.Wait()
 	}
 	q.setRunningLocked(false)
-	q.parked, q.waitLink = false, false
+	q.parked, q.waitLink, q.inRound = false, false, false
 	var release []*stack.PacketBuffer
 	for q.fifo.len() > 0 {
 		release = append(release, q.fifo.popFront())

@@ -171,6 +171,9 @@ func (q *Qdisc) leadLList() tcpip.Error {
 	}
 	q.llScratch = nodes[:0]
 	q.backlogHint.Store(int32(q.fifo.len()))
+	if !runner && q.roundFullLocked() {
+		runner = true
+	}
 	q.root.unlock()
 	for _, p := range release {
 		p.DecRef()

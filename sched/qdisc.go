@@ -60,6 +60,26 @@ type WritableNotifier interface {
 	NotifyWritable(f func())
 }
 
+// RoundNotifier is implemented by links that deliver what they receive
+// in rounds (one batch of reads), so that a discipline can flush what the
+// round's delivery produced (ACKs, replies, forwarded packets) once, at
+// the end of the round, rather than once per packet: Linux's xmit_more,
+// the bulk queue of an RX round (DESIGN: "Bulk transmit"). A discipline
+// registers once; the link then calls begin in the delivering goroutine
+// before it delivers a round's first packet, and end in the same goroutine
+// after the round's last one, always, whatever the round's outcome. A
+// link calls neither for a round that found nothing, so an idle link costs
+// nothing.
+//
+// Between begin and end the discipline holds its running token for the
+// round when nobody else runs it: what is written meanwhile, from any
+// goroutine, queues instead of leaving at once, and end sends it in
+// batches. A round never waits to fill a batch: the queue is flushed at
+// the round's end, or as soon as it holds a batch, whichever comes first.
+type RoundNotifier interface {
+	NotifyRounds(begin, end func())
+}
+
 // RoomNotifier is implemented by disciplines that can say when a full
 // queue has room again: every one of ours. A discipline never waits for
 // room itself (a full queue refuses at once, counted); a writer that may
@@ -120,13 +140,17 @@ type Qdisc struct {
 	fifo pktRing
 	// running: a goroutine owns the token, or it is parked for the
 	// background goroutine (parked), possibly until the link has room
-	// (waitLink). Invariant: !running implies an empty queue.
+	// (waitLink), or a link's receive round holds it until the round ends
+	// (inRound, see RoundNotifier). Invariant: !running implies an empty
+	// queue.
 	running, parked, waitLink, closed bool
+	inRound                           bool
 	closeWaits                        bool // Close waits on idle for the runner
 	offered, enqueued, bypassed       uint64
 	sent, bytes, batches, requeued    uint64
 	refused, dropped                  Drops
 	handoffs, linkFull, retries       uint64
+	rounds, roundFlushes              uint64
 	blocked                           uint64 // waits registered by Room
 	llScratch                         []*node
 	// room is closed, and forgotten, when a full queue frees room while
@@ -213,6 +237,8 @@ func (q *Qdisc) QdiscStats() Stats {
 		Dropped:       q.dropped,
 		Backlog:       q.fifo.len(),
 		QuotaHandoffs: q.handoffs,
+		Rounds:        q.rounds,
+		RoundFlushes:  q.roundFlushes,
 		Blocked:       q.blocked,
 		LinkFull:      q.linkFull,
 		TimerRetries:  q.retries,

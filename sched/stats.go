@@ -46,6 +46,13 @@ type Stats struct {
 	// QuotaHandoffs counts runs that spent their quota with packets left
 	// and handed the rest to the background goroutine.
 	QuotaHandoffs uint64 `json:"quota_handoffs"`
+	// Rounds counts link receive rounds that held the running token
+	// (RoundNotifier), deferring what their delivery wrote to one flush
+	// at the round's end; RoundFlushes counts those flushes that found
+	// packets to send. Sent/Batches against a run without rounds shows
+	// what the deferral batched.
+	Rounds       uint64 `json:"rounds"`
+	RoundFlushes uint64 `json:"round_flushes"`
 	// Blocked counts waits for room in a full queue registered through
 	// Room: a stack's UDP writers waiting before they write or retry.
 	Blocked uint64 `json:"blocked"`
@@ -120,6 +127,8 @@ func (s Stats) Sub(prev Stats) Stats {
 	d.Refused = s.Refused.sub(prev.Refused)
 	d.Dropped = s.Dropped.sub(prev.Dropped)
 	d.QuotaHandoffs -= prev.QuotaHandoffs
+	d.Rounds -= prev.Rounds
+	d.RoundFlushes -= prev.RoundFlushes
 	d.Blocked -= prev.Blocked
 	d.LinkFull -= prev.LinkFull
 	d.WritableWakeups -= prev.WritableWakeups
