@@ -34,6 +34,7 @@ type Endpoint struct {
 	tx, rx *ring
 
 	linkutil.Lifecycle
+	rounds linkutil.Rounds
 
 	stop chan struct{}
 	done chan struct{}
@@ -253,6 +254,12 @@ func (e *Endpoint) NotifyWritable(f func()) {
 	e.tx.mu.Unlock()
 }
 
+// NotifyRounds implements sched.RoundNotifier: begin and end are called
+// in the receive goroutine around each batch it delivers, so what the
+// batch's delivery writes (ICMP and ARP replies, ACKs sent inline) leaves
+// this end in one write at the batch's end.
+func (e *Endpoint) NotifyRounds(begin, end func()) { e.rounds.Set(begin, end) }
+
 // LinkStats implements link.Reporter. A mem pair injects no faults (wrap
 // an endpoint with package impair for that), so the Impair counters stay
 // zero.
@@ -417,6 +424,11 @@ func (rc *receiver) dispatcher() stack.NetworkDispatcher { return rc.e.Dispatche
 // deliverBatch delivers one round and releases the ring's references.
 func (rc *receiver) deliverBatch(batch []*stack.PacketBuffer) {
 	d := rc.dispatcher()
+	if len(batch) > 0 {
+		if end := rc.e.rounds.Begin(); end != nil {
+			defer end()
+		}
+	}
 	for i, pkt := range batch {
 		rc.deliver(d, pkt)
 		pkt.DecRef()

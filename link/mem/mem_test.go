@@ -3,6 +3,7 @@ package mem
 import (
 	"encoding/binary"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -275,4 +276,47 @@ func FuzzParseTXCost(f *testing.F) {
 			t.Fatalf("ParseTXCost(%q) = %+v, whose String %q reads back as %+v, %v", s, c, c.String(), back, err)
 		}
 	})
+}
+
+// roundSink records whether each delivery happened inside a round.
+type roundSink struct {
+	*linktest.Sink
+	open, outside atomic.Int64
+}
+
+func (s *roundSink) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	if s.open.Load() != 1 {
+		s.outside.Add(1)
+	}
+	s.Sink.DeliverNetworkPacket(proto, pkt)
+}
+
+func TestRoundsWrapDeliveries(t *testing.T) {
+	a, b := pair(t, nil)
+	s := &roundSink{Sink: linktest.NewSink()}
+	var begins, ends atomic.Int64
+	b.NotifyRounds(func() { begins.Add(1); s.open.Add(1) }, func() { ends.Add(1); s.open.Add(-1) })
+	b.Attach(s)
+	const total = 500
+	for i := uint32(0); i < total; {
+		n, _ := write(a, i, min(i+16, total))
+		i += uint32(n)
+		if n == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	s.Wait(t, total)
+	require.Eventually(t, func() bool { return ends.Load() == begins.Load() }, 10*time.Second, time.Millisecond)
+	require.Zero(t, s.outside.Load(), "deliveries outside a round")
+	require.Positive(t, begins.Load())
+	require.LessOrEqual(t, begins.Load(), int64(b.LinkStats().RXRounds))
+
+	// Unregistered, rounds cost nothing and call nothing.
+	b.NotifyRounds(nil, nil)
+	before := begins.Load()
+	n, err := write(a, total, total+8)
+	require.Equal(t, 8, n)
+	require.Nil(t, err)
+	s.Wait(t, total+8)
+	require.Equal(t, before, begins.Load())
 }
