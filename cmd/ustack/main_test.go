@@ -60,6 +60,7 @@ func TestBadFlagsExit2WithChoices(t *testing.T) {
 		{[]string{"tun", "-proxy", "http://u:pw@h:x", "--", "true"}, "-proxy: proxy URL: invalid port"},
 		{[]string{"tun", "-proxy", "socks5://127.0.0.1:1080", "-proxy-udp", "maybe", "--", "true"}, `-proxy-udp "maybe": want refuse or direct`},
 		{[]string{"tun", "-proxy-udp", "direct", "--", "true"}, "-proxy-udp: only with -proxy"},
+		{[]string{"tun", "-procs", "-1", "--", "true"}, "-procs -1: want a count of CPUs"},
 		{[]string{"tun", "-mtu", "100", "--", "true"}, "-mtu 100: must be from 1280 to 65520"},
 		{[]string{"tun", "-mtu", "65535", "--", "true"}, "-mtu 65535: must be from 1280 to 65520"},
 		{[]string{"serve", "-link", "tun:x", "-addr", "198.18.0.2/24", "-mtu", "100"}, "-mtu 100: must be from 1280 to 65520"},
