@@ -46,7 +46,8 @@ type Endpoint struct {
 	opts    Options // normalized; immutable after New
 	ifname  string
 	ifindex int
-	vnetHdr bool // PACKET_VNET_HDR is on
+	vnetHdr bool    // PACKET_VNET_HDR is on
+	rxCheck rxCheck // who checks received checksums
 
 	mtu  atomic.Uint32
 	addr atomic.Pointer[tcpip.LinkAddress]
@@ -132,17 +133,18 @@ func (e *Endpoint) LinkAddress() tcpip.LinkAddress { return *e.addr.Load() }
 func (e *Endpoint) SetLinkAddress(addr tcpip.LinkAddress) { e.addr.Store(&addr) }
 
 // Capabilities implements stack.LinkEndpoint. The stack resolves link
-// addresses (ARP, NDP). With the virtio-net header on, the endpoint claims
-// RX checksum offload: the kernel's verdict travels with each frame, and a
-// veth frame's partial checksum, which gVisor would take for a wrong one,
-// is trusted; frames without a verdict are verified by the endpoint. TX
-// checksum offload is not claimed: gVisor computes the checksums of
+// addresses (ARP, NDP). With the virtio-net header on, or GRO, the
+// endpoint claims RX checksum offload: the kernel's verdict travels with
+// each frame or a veth frame's partial checksum, which gVisor would take
+// for a wrong one, is trusted; other frames are verified by the endpoint
+// (and a segment GRO merged no longer carries a checksum that verifies).
+// TX checksum offload is not claimed: gVisor computes the checksums of
 // everything but TCP super-segments (whose partial checksum the kernel
 // completes) itself, so no frame leaves with a partial checksum that a
 // device without offload would send on unfinished.
 func (e *Endpoint) Capabilities() stack.LinkEndpointCapabilities {
 	c := stack.CapabilityResolutionRequired
-	if e.vnetHdr {
+	if e.rxCheck != checkStack {
 		c |= stack.CapabilityRXChecksumOffload
 	}
 	return c

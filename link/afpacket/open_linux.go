@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/cache"
 	"github.com/ustack-dev/ustack/link/internal/linkutil"
@@ -46,6 +47,12 @@ type queue struct {
 	pollRecv  func(fd uintptr)
 	pollN     int
 	pollErrno unix.Errno
+	// gro coalesces the TCP segments of one receive round; rxd is the
+	// round's dispatcher (nil: detached) and roundPkts and roundBytes its
+	// counts so far. All belong to the holder of gate.Owner.
+	gro                   linkutil.GRO
+	rxd                   stack.NetworkDispatcher
+	roundPkts, roundBytes uint64
 	counters
 }
 
@@ -224,6 +231,14 @@ func newEndpoint(ifname string, ifindex int, mtu uint32, addr tcpip.LinkAddress,
 		vnetHdr: !o.NoOffload,
 		stop:    make(chan struct{}),
 	}
+	switch {
+	case e.vnetHdr:
+		e.rxCheck = checkVnet
+	case o.NoGRO:
+		e.rxCheck = checkStack
+	default:
+		e.rxCheck = checkHere
+	}
 	e.mtu.Store(mtu)
 	e.addr.Store(&addr)
 	e.txPool.New = func() any { return newTXScratch(o.TXBatch) }
@@ -250,6 +265,7 @@ func newEndpoint(ifname string, ifindex int, mtu uint32, addr tcpip.LinkAddress,
 			return nil, fmt.Errorf("afpacket: socket %d on %q: %w", i, ifname, err)
 		}
 		q := &queue{e: e, idx: i, file: f, rc: rc}
+		q.gro.Init(!o.NoGRO)
 		q.startWatch = func() {
 			e.wg.Add(1)
 			go q.watchLoop()

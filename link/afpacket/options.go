@@ -61,6 +61,14 @@ type Options struct {
 	// peer's, say); without the header the endpoint learns of them through
 	// PACKET_AUXDATA and completes their checksums itself.
 	NoOffload bool
+	// NoGRO turns receive coalescing off: by default the TCP segments of
+	// one receive round that continue each other climb gVisor's stack as
+	// one (linkutil.GRO), which matters when the kernel hands over
+	// MTU-sized segments (NoOffload, or a peer without TSO). Without the
+	// virtio-net header GRO also makes the endpoint verify checksums
+	// itself (it claims RX checksum offload, as with the header) instead
+	// of completing partial ones for gVisor. For comparison.
+	NoGRO bool
 	// RXBatch is the most frames one recvmmsg reads (one RX round).
 	// Default DefaultBatch, at most MaxBatch. Each costs a 64 KiB landing
 	// buffer per queue.

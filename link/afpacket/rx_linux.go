@@ -301,52 +301,79 @@ func (e *Endpoint) pause(d time.Duration) bool {
 	}
 }
 
-// deliver hands the n frames of one RX round to the stack: each is copied
-// once, into a pooled view of its own size, so the landing buffer can take
-// the next round at once.
+// deliver hands the n frames of one RX round to the stack (beginRound,
+// receive, endRound).
 func (q *queue) deliver(r *rxBatch, n int) {
-	d := q.e.Dispatcher()
-	var delivered, bytes uint64
+	q.beginRound()
 	for i := range n {
-		pt := r.pktType(i)
-		switch {
-		case pt == unix.PACKET_OUTGOING:
-			continue // our own, should PACKET_IGNORE_OUTGOING be missing
-		case d == nil:
-			q.rxDetached.Add(1)
-			continue
-		case r.truncated(i):
-			q.rxErrors.Add(1)
-			continue
-		case pt == unix.PACKET_OTHERHOST:
-			q.rxMalformed.Add(1)
-			continue
-		}
-		frame, proto, v := parseRX(r.buf(i), q.e.vnetHdr, r.partial(i))
-		switch v {
-		case rxError:
-			q.rxErrors.Add(1)
-			continue
-		case rxMalformed:
-			q.rxMalformed.Add(1)
-			continue
-		case rxBadChecksum:
-			q.rxBadChecksum.Add(1)
-			continue
-		}
-		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{
-			Payload: buffer.MakeWithView(buffer.NewViewWithData(frame)),
-		})
-		pkt.PktType = packetType(pt)
-		q.e.ParseHeader(pkt) // cannot fail: parseRX checked the length
-		d.DeliverNetworkPacket(proto, pkt)
-		pkt.DecRef()
-		delivered++
-		bytes += uint64(len(frame))
+		q.receive(r.buf(i), r.pktType(i), r.truncated(i), r.partial(i))
 	}
-	q.rxPackets.Add(delivered)
-	q.rxBytes.Add(bytes)
+	q.endRound()
+}
+
+// beginRound starts a receive round: its frames go to the dispatcher
+// attached now, through GRO. The caller holds q.gate.Owner.
+func (q *queue) beginRound() {
+	q.rxd = q.e.Dispatcher()
+	if q.rxd != nil {
+		q.gro.Begin(q.rxd)
+	}
+}
+
+// endRound ends a receive round: GRO delivers what it holds, and the
+// round's counts are published.
+func (q *queue) endRound() {
+	q.gro.Flush()
+	q.rxd = nil
+	q.rxPackets.Add(q.roundPkts)
+	q.rxBytes.Add(q.roundBytes)
 	q.rxRounds.Add(1)
+	q.roundPkts, q.roundBytes = 0, 0
+}
+
+// receive handles one frame of a round: b as the socket handed it over
+// (behind a virtio-net header if on), with its sll_pkttype, whether it was
+// cut short and whether PACKET_AUXDATA called its checksum partial. The
+// frame is copied once, into a pooled view of its own size, so b can take
+// the next frame at once.
+func (q *queue) receive(b []byte, pt uint8, truncated, partial bool) {
+	switch {
+	case pt == unix.PACKET_OUTGOING:
+		return // our own, should PACKET_IGNORE_OUTGOING be missing
+	case q.rxd == nil:
+		q.rxDetached.Add(1)
+		return
+	case truncated:
+		q.rxErrors.Add(1)
+		return
+	case pt == unix.PACKET_OTHERHOST:
+		q.rxMalformed.Add(1)
+		return
+	}
+	frame, proto, v := parseRX(b, q.e.rxCheck, partial)
+	switch v {
+	case rxError:
+		q.rxErrors.Add(1)
+		return
+	case rxMalformed:
+		q.rxMalformed.Add(1)
+		return
+	case rxBadChecksum:
+		q.rxBadChecksum.Add(1)
+		return
+	}
+	frame = trimPadding(frame, proto)
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{
+		Payload: buffer.MakeWithView(buffer.NewViewWithData(frame)),
+	})
+	pkt.PktType = packetType(pt)
+	q.e.ParseHeader(pkt) // cannot fail: parseRX checked the length
+	pkt.NetworkProtocolNumber = proto
+	pkt.RXChecksumValidated = q.e.rxCheck != checkStack
+	q.gro.Enqueue(pkt)
+	pkt.DecRef()
+	q.roundPkts++
+	q.roundBytes += uint64(len(frame))
 }
 
 // packetType translates sll_pkttype into gVisor's numbering.

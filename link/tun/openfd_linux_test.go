@@ -253,7 +253,7 @@ func TestTunOpenFDNegotiates(t *testing.T) {
 	r := linktest.NewSink()
 	e.AttachAndStart(r, func() {}) // receive by hand
 	tso := tcp4Packet(make([]byte, 5000), 2)
-	e.queues[0].receive(frame(vnet.Header{Flags: vnet.FlagNeedsCsum, GSOType: vnet.GSOTCPv4, GSOSize: 1000, HdrLen: 40, CsumStart: 20, CsumOffset: 16}, tso))
+	receiveOne(e.queues[0], frame(vnet.Header{Flags: vnet.FlagNeedsCsum, GSOType: vnet.GSOTCPv4, GSOSize: 1000, HdrLen: 40, CsumStart: 20, CsumOffset: 16}, tso))
 	require.Len(t, r.Packets(), 1)
 	require.Equal(t, uint64(1), e.OffloadStats().RXSuperSegments)
 }

@@ -89,6 +89,13 @@ type Options struct {
 	// RXBatch is the most packets a receive goroutine reads and delivers
 	// per wake-up, from 1 to MaxRXBatch.
 	RXBatch int
+	// NoGRO turns receive coalescing off: by default the TCP segments of
+	// one receive round that continue each other climb gVisor's stack as
+	// one (linkutil.GRO), which matters when the kernel hands over
+	// MTU-sized segments (NoOffload, or a peer without TSO). Without the
+	// virtio-net header GRO also makes the endpoint verify checksums
+	// itself, as it does with the header. For comparison.
+	NoGRO bool
 }
 
 // DefaultOptions returns the options a nil *Options stands for: one queue,
