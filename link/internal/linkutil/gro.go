@@ -1,6 +1,7 @@
 package linkutil
 
 import (
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
 )
@@ -50,7 +51,17 @@ func (g *GRO) Begin(d stack.NetworkDispatcher) { g.g.Dispatcher = d }
 // Enqueue hands pkt to the round's dispatcher, now or by the round's Flush
 // (coalesced with the segments around it). The caller keeps its reference
 // and drops it when Enqueue returns, as after DeliverNetworkPacket.
+//
+// IPv6 packets go up at once, uncoalesced: gVisor's GRO leaks a buffer
+// reference for every IPv6 packet it inspects (its dispatch6 walks the
+// extension headers with an IPv6PayloadIterator over a clone of the
+// packet, and never releases the iterator), so that every chunk an IPv6
+// packet touched would stay out of the buffer pool for good.
 func (g *GRO) Enqueue(pkt *stack.PacketBuffer) {
+	if pkt.NetworkProtocolNumber == header.IPv6ProtocolNumber {
+		g.g.Dispatcher.DeliverNetworkPacket(pkt.NetworkProtocolNumber, pkt)
+		return
+	}
 	g.g.Enqueue(pkt)
 	if g.on {
 		g.held++
