@@ -35,7 +35,7 @@ var _ sched.WritableNotifier = (*Endpoint)(nil)
 // testEndpoint builds an endpoint over one socketpair per queue and
 // returns it with the far ends, where the test plays the wire. sndBuf, if
 // not zero, sets the endpoint sockets' send buffers.
-func testEndpoint(t *testing.T, o *Options, sndBuf int) (*Endpoint, []int) {
+func testEndpoint(t testing.TB, o *Options, sndBuf int) (*Endpoint, []int) {
 	t.Helper()
 	opts, err := o.normalize()
 	require.NoError(t, err)
@@ -48,7 +48,7 @@ func testEndpoint(t *testing.T, o *Options, sndBuf int) (*Endpoint, []int) {
 		}
 		near, far = append(near, fds[0]), append(far, fds[1])
 	}
-	e, err := newEndpoint("test0", 0, 1500, macB, opts, near)
+	e, err := newEndpoint("test0", 0, 1500, macB, opts, near, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		e.Close()

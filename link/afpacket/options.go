@@ -40,6 +40,38 @@ const (
 	ifNameMax = 15
 )
 
+// RXMode is how a queue receives frames from its socket.
+type RXMode uint8
+
+const (
+	// RXDefault stands for the default mode, RXRecvmmsg.
+	RXDefault RXMode = iota
+	// RXRecvmmsg copies up to RXBatch frames with one recvmmsg into the
+	// queue's landing buffers, and parks in the runtime poller when the
+	// socket is empty. A frame reaches the stack as soon as it is read.
+	RXRecvmmsg
+	// RXRing maps a TPACKET_V3 receive ring (PACKET_MMAP) of RcvBuf
+	// bytes, in blocks of 128 KiB: the kernel writes frames straight into
+	// it and hands over a block at a time, so a busy queue receives with
+	// no system call at all. But a block is handed over only when full or
+	// after 1 ms, so on a quiet link every frame waits up to 1 ms: a
+	// request-response exchange becomes that much slower.
+	RXRing
+)
+
+// String returns the mode's name: "default", "recvmmsg" or "ring".
+func (m RXMode) String() string {
+	switch m {
+	case RXDefault:
+		return "default"
+	case RXRecvmmsg:
+		return "recvmmsg"
+	case RXRing:
+		return "ring"
+	}
+	return fmt.Sprintf("RXMode(%d)", uint8(m))
+}
+
 // Options configures New. A nil *Options means DefaultOptions; in a
 // non-nil Options a zero number means its default and the booleans are
 // taken as they are.
@@ -69,6 +101,9 @@ type Options struct {
 	// itself (it claims RX checksum offload, as with the header) instead
 	// of completing partial ones for gVisor. For comparison.
 	NoGRO bool
+	// RX is how the queues receive: RXRecvmmsg or RXRing; RXDefault (the
+	// zero value) means RXRecvmmsg.
+	RX RXMode
 	// RXBatch is the most frames one recvmmsg reads (one RX round).
 	// Default DefaultBatch, at most MaxBatch. Each costs a 64 KiB landing
 	// buffer per queue.
@@ -94,6 +129,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		Queues:  1,
+		RX:      RXRecvmmsg,
 		RXBatch: DefaultBatch,
 		TXBatch: DefaultBatch,
 		SndBuf:  DefaultSndBuf,
@@ -111,6 +147,9 @@ func (o *Options) normalize() (Options, error) {
 	if r.Queues == 0 {
 		r.Queues = d.Queues
 	}
+	if r.RX == RXDefault {
+		r.RX = d.RX
+	}
 	if r.RXBatch == 0 {
 		r.RXBatch = d.RXBatch
 	}
@@ -124,6 +163,8 @@ func (o *Options) normalize() (Options, error) {
 		r.RcvBuf = d.RcvBuf
 	}
 	switch {
+	case r.RX > RXRing:
+		return r, fmt.Errorf("afpacket: %v: not a receive mode; use RXRecvmmsg or RXRing", r.RX)
 	case r.Queues < 1 || r.Queues > MaxQueues:
 		return r, fmt.Errorf("afpacket: %d queues: must be from 1 to %d", r.Queues, MaxQueues)
 	case r.RXBatch < 1 || r.RXBatch > MaxBatch:

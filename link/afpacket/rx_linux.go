@@ -133,10 +133,17 @@ func (q *queue) parkLanding() {
 	q.rxCache.Park()
 }
 
-// closeLanding releases the landing batch, once no goroutine receives:
-// Close calls it after joining the receive goroutine, and takes gate.Owner
-// so that a busy poller's round in progress ends first.
+// closeLanding releases the landing batch, or unmaps the ring, once no
+// goroutine receives: Close calls it after joining the receive goroutine,
+// and takes gate.Owner so that a busy poller's round in progress ends
+// first (a later one finds the ring unmapped).
 func (q *queue) closeLanding() {
+	if q.ring != nil {
+		q.gate.Owner.Lock()
+		q.ring.unmap()
+		q.gate.Owner.Unlock()
+		return
+	}
 	if q.rxCache == nil {
 		return
 	}
@@ -174,9 +181,14 @@ func (q *queue) rxLoop() {
 			return true
 		}
 		q.gate.Owner.Lock()
-		r = q.landing()
-		n, errno = r.recv(int(fd))
-		q.rxSyscalls.Add(1)
+		if q.ring != nil {
+			// The ring round delivers as it reads: r stays nil.
+			n, errno = q.ringRound(int(fd))
+		} else {
+			r = q.landing()
+			n, errno = r.recv(int(fd))
+			q.rxSyscalls.Add(1)
+		}
 		if errno == unix.EAGAIN {
 			q.parkLanding()
 			q.gate.Owner.Unlock()
@@ -198,14 +210,14 @@ func (q *queue) rxLoop() {
 		if err == nil {
 			// The round is delivered before it is released: a busy
 			// poller meanwhile finds the queue taken.
-			if errno == 0 {
+			if errno == 0 && r != nil {
 				q.deliver(r, n)
 			}
 			q.gate.Owner.Unlock()
 		}
 		if err != nil {
 			if down && errors.Is(err, os.ErrDeadlineExceeded) {
-				if q.checkGone("recvmmsg", unix.ENETDOWN) {
+				if q.checkGone(q.rxCall(), unix.ENETDOWN) {
 					return
 				}
 				q.file.SetReadDeadline(time.Now().Add(downCheckInterval))
@@ -226,7 +238,7 @@ func (q *queue) rxLoop() {
 			// Down or gone; the kernel says so once, then the socket is
 			// silent. Gone is final; down waits for the interface to come
 			// back up, checking now and then whether it was deleted.
-			if q.checkGone("recvmmsg", errno) {
+			if q.checkGone(q.rxCall(), errno) {
 				return
 			}
 			down = true
@@ -247,6 +259,9 @@ func (q *queue) busyPoll() int {
 		return 0
 	}
 	defer q.gate.Owner.Unlock()
+	if q.ring != nil {
+		return q.busyPollRing()
+	}
 	if q.pollRecv == nil {
 		q.pollRecv = func(fd uintptr) { q.pollN, q.pollErrno = q.landing().recv(int(fd)) }
 	}
@@ -266,6 +281,15 @@ func (q *queue) busyPoll() int {
 		q.gate.Force()
 	}
 	return 0
+}
+
+// rxCall names the system call that reports a receive failure: recvmmsg,
+// or with the ring the read of the socket's pending error.
+func (q *queue) rxCall() string {
+	if q.ring != nil {
+		return "getsockopt SO_ERROR"
+	}
+	return "recvmmsg"
 }
 
 // checkGone reports whether the interface no longer exists, recording the
