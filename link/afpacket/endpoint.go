@@ -151,9 +151,9 @@ func (e *Endpoint) Capabilities() stack.LinkEndpointCapabilities {
 }
 
 // GSOMaxSize implements stack.GSOEndpoint: GSOMaxSize with the virtio-net
-// header on, 0 without.
+// header on, or with gVisor's software GSO; 0 without either.
 func (e *Endpoint) GSOMaxSize() uint32 {
-	if e.vnetHdr {
+	if e.SupportedGSO() != stack.GSONotSupported {
 		return GSOMaxSize
 	}
 	return 0
@@ -161,12 +161,18 @@ func (e *Endpoint) GSOMaxSize() uint32 {
 
 // SupportedGSO implements stack.GSOEndpoint: host GSO with the virtio-net
 // header on, so gVisor's TCP hands the endpoint super-segments for the
-// kernel to segment (or a veth to carry whole); none without.
+// kernel to segment (or a veth to carry whole). Without the header,
+// gVisor's software GSO unless Options.NoSoftwareGSO: its TCP then builds
+// a super-segment at a time and cuts it into MTU-sized segments itself,
+// with complete checksums, just before the link.
 func (e *Endpoint) SupportedGSO() stack.SupportedGSO {
-	if e.vnetHdr {
+	switch {
+	case e.vnetHdr:
 		return stack.HostGSOSupported
+	case e.opts.NoSoftwareGSO:
+		return stack.GSONotSupported
 	}
-	return stack.GSONotSupported
+	return stack.GVisorGSOSupported
 }
 
 // ARPHardwareType implements stack.LinkEndpoint: Ethernet.

@@ -134,11 +134,13 @@ func TestCapabilities(t *testing.T) {
 
 	off, _ := testEndpoint(t, &Options{NoOffload: true}, 0)
 	require.Equal(t, stack.CapabilityResolutionRequired|stack.CapabilityRXChecksumOffload, off.Capabilities(), "GRO: the endpoint verifies")
-	require.Equal(t, stack.GSONotSupported, off.SupportedGSO())
-	require.Zero(t, off.GSOMaxSize())
+	require.Equal(t, stack.GVisorGSOSupported, off.SupportedGSO(), "gVisor's software GSO")
+	require.Equal(t, uint32(GSOMaxSize), off.GSOMaxSize())
 
-	plain, _ := testEndpoint(t, &Options{NoOffload: true, NoGRO: true}, 0)
+	plain, _ := testEndpoint(t, &Options{NoOffload: true, NoGRO: true, NoSoftwareGSO: true}, 0)
 	require.Equal(t, stack.CapabilityResolutionRequired, plain.Capabilities(), "gVisor verifies")
+	require.Equal(t, stack.GSONotSupported, plain.SupportedGSO())
+	require.Zero(t, plain.GSOMaxSize())
 }
 
 func TestParseHeaderRoundTrip(t *testing.T) {

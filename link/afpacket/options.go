@@ -93,6 +93,11 @@ type Options struct {
 	// peer's, say); without the header the endpoint learns of them through
 	// PACKET_AUXDATA and completes their checksums itself.
 	NoOffload bool
+	// NoSoftwareGSO turns gVisor's software GSO off where the endpoint
+	// would offer it (NoOffload): gVisor's TCP then builds and checksums
+	// every MTU-sized segment on its own instead of a super-segment at a
+	// time. For comparison.
+	NoSoftwareGSO bool
 	// NoGRO turns receive coalescing off: by default the TCP segments of
 	// one receive round that continue each other climb gVisor's stack as
 	// one (linkutil.GRO), which matters when the kernel hands over

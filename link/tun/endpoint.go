@@ -191,8 +191,9 @@ func (e *Endpoint) GSOMaxSize() uint32 {
 }
 
 // SupportedGSO implements stack.GSOEndpoint: host GSO when the kernel
-// negotiated TSO, gVisor's software GSO when Options.SoftwareGSO asked for
-// it instead, and none otherwise (gVisor then sends MTU-sized segments).
+// negotiated TSO, gVisor's software GSO otherwise, and none with
+// Options.NoSoftwareGSO (gVisor then builds every MTU-sized segment on its
+// own).
 func (e *Endpoint) SupportedGSO() stack.SupportedGSO { return e.gsoKind }
 
 // ARPHardwareType implements stack.LinkEndpoint.

@@ -426,10 +426,10 @@ func newEndpoint(d device, o Options, off Offloads, fds []int) *Endpoint {
 	switch {
 	case off.TSO():
 		e.gsoKind = stack.HostGSOSupported
-	case o.SoftwareGSO:
-		e.gsoKind = stack.GVisorGSOSupported
-	default:
+	case o.NoSoftwareGSO:
 		e.gsoKind = stack.GSONotSupported
+	default:
+		e.gsoKind = stack.GVisorGSOSupported
 	}
 	e.mtu.Store(o.MTU)
 	e.txPool.New = func() any { return newTXScratch() }

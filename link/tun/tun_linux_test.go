@@ -505,8 +505,7 @@ func TestTunReceiveWithoutVNetHeader(t *testing.T) {
 				require.Equal(t, uint64(1), e.LinkStats().RXBadChecksum)
 				require.Equal(t, stack.CapabilityRXChecksumOffload, e.Capabilities())
 			}
-			require.Equal(t, stack.GSONotSupported, e.SupportedGSO())
-			require.Zero(t, e.GSOMaxSize())
+			require.Equal(t, stack.GVisorGSOSupported, e.SupportedGSO())
 		})
 	}
 }
@@ -550,13 +549,18 @@ func TestTunCapabilities(t *testing.T) {
 	require.Equal(t, uint32(HostGSOMaxSize), e.GSOMaxSize())
 
 	e, _ = detachedEndpoint(t, Offloads{VNetHeader: true, Checksum: true})
-	require.Equal(t, stack.GSONotSupported, e.SupportedGSO(), "no TSO, no host GSO")
+	require.Equal(t, stack.GVisorGSOSupported, e.SupportedGSO(), "no TSO, no host GSO: gVisor's own")
 
 	o := DefaultOptions()
-	o.SoftwareGSO = true
 	e, _ = pairEndpoint(t, 1, Offloads{}, &o)
-	require.Equal(t, stack.GVisorGSOSupported, e.SupportedGSO())
+	require.Equal(t, stack.GVisorGSOSupported, e.SupportedGSO(), "software GSO by default")
 	require.Equal(t, uint32(stack.GVisorGSOMaxSize), e.GSOMaxSize())
+
+	none := DefaultOptions()
+	none.NoSoftwareGSO = true
+	e, _ = pairEndpoint(t, 1, Offloads{}, &none)
+	require.Equal(t, stack.GSONotSupported, e.SupportedGSO())
+	require.Zero(t, e.GSOMaxSize())
 
 	e, _ = pairEndpoint(t, 1, Offloads{VNetHeader: true, Checksum: true, TSO4: true, TSO6: true}, &o)
 	require.Equal(t, stack.HostGSOSupported, e.SupportedGSO(), "host TSO wins over software GSO")
