@@ -86,12 +86,14 @@ type Options struct {
 	// shaping). Off by default: with it on, a full device drops instead of
 	// pushing back.
 	QdiscBypass bool
-	// NoOffload turns the offloads off by leaving the virtio-net header
-	// (PACKET_VNET_HDR) off: no GSO (gVisor segments TCP itself) and no
-	// checksum offload claim (gVisor checksums every packet both ways). It exists to measure what the offloads are worth.
-	// The kernel still hands over frames with partial checksums (a veth
-	// peer's, say); without the header the endpoint learns of them through
-	// PACKET_AUXDATA and completes their checksums itself.
+	// NoOffload turns the kernel offloads off by leaving the virtio-net
+	// header (PACKET_VNET_HDR) off: no host GSO (gVisor cuts TCP to the
+	// MTU itself, by default with its software GSO) and every transmitted
+	// checksum computed by gVisor. It exists to measure what the offloads
+	// are worth. The kernel still hands over frames with partial checksums
+	// (a veth peer's, say); without the header the endpoint learns of them
+	// through PACKET_AUXDATA, and trusts them (GRO on, when the endpoint
+	// verifies the others itself) or completes them for gVisor (NoGRO).
 	NoOffload bool
 	// NoSoftwareGSO turns gVisor's software GSO off where the endpoint
 	// would offer it (NoOffload): gVisor's TCP then builds and checksums

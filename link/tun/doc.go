@@ -43,6 +43,13 @@
 //     claim TX checksum offload: gVisor computes the checksums of every
 //     packet that is not a super-segment.
 //
+// With or without the header, the packets one receive round reads (up to
+// Options.RXBatch, until the device is empty) go through GRO
+// (linkutil.GRO) before the stack: TCP segments of one flow that continue
+// each other climb it as one, and nothing is held past the round. Without
+// the header that is what keeps MTU-sized traffic cheap (Options.NoGRO
+// turns it off, for comparison).
+//
 // If the kernel refuses TSO (or with NoOffload), the endpoint does not
 // claim host GSO and offers gVisor's software GSO instead (unless
 // Options.NoSoftwareGSO): gVisor's TCP builds super-segments and cuts them
