@@ -222,7 +222,8 @@ func TestTunOffloads(t *testing.T) {
 	}{
 		{"offload", tun.Options{}},
 		{"no-offload", tun.Options{NoOffload: true}},
-		{"no-offload-swgso", tun.Options{NoOffload: true, SoftwareGSO: true}},
+		{"no-offload-no-swgso", tun.Options{NoOffload: true, NoSoftwareGSO: true}},
+		{"no-offload-no-gro", tun.Options{NoOffload: true, NoGRO: true}},
 		{"offload-mtu-65520", tun.Options{MTU: tun.MaxMTU}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -560,7 +561,8 @@ func BenchmarkTunTCP(b *testing.B) {
 	}{
 		{"offload", tun.Options{}},
 		{"no-offload", tun.Options{NoOffload: true}},
-		{"no-offload-swgso", tun.Options{NoOffload: true, SoftwareGSO: true}},
+		{"no-offload-no-swgso", tun.Options{NoOffload: true, NoSoftwareGSO: true}},
+		{"no-offload-no-gro", tun.Options{NoOffload: true, NoGRO: true}},
 	} {
 		for _, dir := range []string{"ustack-to-kernel", "kernel-to-ustack"} {
 			b.Run(mode.name+"/"+dir, func(b *testing.B) {

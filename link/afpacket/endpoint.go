@@ -46,7 +46,8 @@ type Endpoint struct {
 	opts    Options // normalized; immutable after New
 	ifname  string
 	ifindex int
-	vnetHdr bool // PACKET_VNET_HDR is on
+	vnetHdr bool    // PACKET_VNET_HDR is on
+	rxCheck rxCheck // who checks received checksums
 
 	mtu  atomic.Uint32
 	addr atomic.Pointer[tcpip.LinkAddress]
@@ -132,26 +133,27 @@ func (e *Endpoint) LinkAddress() tcpip.LinkAddress { return *e.addr.Load() }
 func (e *Endpoint) SetLinkAddress(addr tcpip.LinkAddress) { e.addr.Store(&addr) }
 
 // Capabilities implements stack.LinkEndpoint. The stack resolves link
-// addresses (ARP, NDP). With the virtio-net header on, the endpoint claims
-// RX checksum offload: the kernel's verdict travels with each frame, and a
-// veth frame's partial checksum, which gVisor would take for a wrong one,
-// is trusted; frames without a verdict are verified by the endpoint. TX
-// checksum offload is not claimed: gVisor computes the checksums of
+// addresses (ARP, NDP). With the virtio-net header on, or GRO, the
+// endpoint claims RX checksum offload: the kernel's verdict travels with
+// each frame or a veth frame's partial checksum, which gVisor would take
+// for a wrong one, is trusted; other frames are verified by the endpoint
+// (and a segment GRO merged no longer carries a checksum that verifies).
+// TX checksum offload is not claimed: gVisor computes the checksums of
 // everything but TCP super-segments (whose partial checksum the kernel
 // completes) itself, so no frame leaves with a partial checksum that a
 // device without offload would send on unfinished.
 func (e *Endpoint) Capabilities() stack.LinkEndpointCapabilities {
 	c := stack.CapabilityResolutionRequired
-	if e.vnetHdr {
+	if e.rxCheck != checkStack {
 		c |= stack.CapabilityRXChecksumOffload
 	}
 	return c
 }
 
 // GSOMaxSize implements stack.GSOEndpoint: GSOMaxSize with the virtio-net
-// header on, 0 without.
+// header on, or with gVisor's software GSO; 0 without either.
 func (e *Endpoint) GSOMaxSize() uint32 {
-	if e.vnetHdr {
+	if e.SupportedGSO() != stack.GSONotSupported {
 		return GSOMaxSize
 	}
 	return 0
@@ -159,12 +161,18 @@ func (e *Endpoint) GSOMaxSize() uint32 {
 
 // SupportedGSO implements stack.GSOEndpoint: host GSO with the virtio-net
 // header on, so gVisor's TCP hands the endpoint super-segments for the
-// kernel to segment (or a veth to carry whole); none without.
+// kernel to segment (or a veth to carry whole). Without the header,
+// gVisor's software GSO unless Options.NoSoftwareGSO: its TCP then builds
+// a super-segment at a time and cuts it into MTU-sized segments itself,
+// with complete checksums, just before the link.
 func (e *Endpoint) SupportedGSO() stack.SupportedGSO {
-	if e.vnetHdr {
+	switch {
+	case e.vnetHdr:
 		return stack.HostGSOSupported
+	case e.opts.NoSoftwareGSO:
+		return stack.GSONotSupported
 	}
-	return stack.GSONotSupported
+	return stack.GVisorGSOSupported
 }
 
 // ARPHardwareType implements stack.LinkEndpoint: Ethernet.

@@ -42,19 +42,39 @@ const (
 	rxBadChecksum
 )
 
+// rxCheck says who checks the checksums of received frames.
+type rxCheck uint8
+
+const (
+	// checkVnet: each frame comes behind a virtio-net header with the
+	// kernel's verdict; the endpoint claims RX checksum offload and checks
+	// what the kernel did not vouch for (vnet.Inspect).
+	checkVnet rxCheck = iota
+	// checkStack: no header, no claim: gVisor verifies every checksum.
+	// Frames whose checksum PACKET_AUXDATA reports partial are completed
+	// here, since gVisor would take them for wrong.
+	checkStack
+	// checkHere: no header, but the endpoint claims RX checksum offload
+	// (GRO needs it: a merged segment's checksum no longer verifies), so
+	// it verifies every frame itself (vnet.CheckIP), trusting the partial
+	// ones, as it does behind the header.
+	checkHere
+)
+
 // parseRX inspects one received buffer b: the frame, behind a virtio-net
-// header when vnetHdr is set. partialCsum says the kernel reported (through
-// PACKET_AUXDATA, without the virtio-net header) that the frame's transport
-// checksum is partial; parseRX then completes it in place, so that gVisor,
-// which verifies checksums on such an endpoint, accepts it. It returns the
-// frame (Ethernet header first, a sub-slice of b), its EtherType, and the
-// verdict; frame and proto mean something only with rxDeliver.
+// header with checkVnet. partialCsum says the kernel reported (through
+// PACKET_AUXDATA, without the virtio-net header) that the frame's
+// transport checksum is partial; with checkStack parseRX then completes it
+// in place, so that gVisor accepts it. It returns the frame (Ethernet
+// header first, a sub-slice of b), its EtherType, and the verdict; frame
+// and proto mean something only with rxDeliver.
 //
 // Nothing in b can make parseRX index out of range: every length it uses
 // is checked first (FuzzParseRX holds it to that).
-func parseRX(b []byte, vnetHdr, partialCsum bool) (frame []byte, proto tcpip.NetworkProtocolNumber, v rxVerdict) {
+func parseRX(b []byte, check rxCheck, partialCsum bool) (frame []byte, proto tcpip.NetworkProtocolNumber, v rxVerdict) {
 	var h vnet.Header
 	frame = b
+	vnetHdr := check == checkVnet
 	if vnetHdr {
 		var err error
 		if h, err = vnet.Decode(b); err != nil {
@@ -84,22 +104,50 @@ func parseRX(b []byte, vnetHdr, partialCsum bool) (frame []byte, proto tcpip.Net
 		return nil, 0, rxMalformed
 	}
 	ip := frame[linkHdrLen:]
+	verdict := vnet.Trusted
 	switch {
 	case vnetHdr:
 		// The endpoint claims RX checksum offload, so gVisor checks
 		// nothing: what the kernel did not vouch for is checked here.
-		switch vnet.Inspect(h, ip) {
-		case vnet.Bad:
-			return nil, 0, rxBadChecksum
-		case vnet.Malformed:
-			return nil, 0, rxMalformed
-		}
-	case partialCsum:
+		verdict = vnet.Inspect(h, ip)
+	case check == checkHere && !partialCsum:
+		verdict = vnet.CheckIP(ip)
+	case check == checkStack && partialCsum:
 		if !completePartial(ip) {
 			return nil, 0, rxBadChecksum
 		}
 	}
+	switch verdict {
+	case vnet.Bad:
+		return nil, 0, rxBadChecksum
+	case vnet.Malformed:
+		return nil, 0, rxMalformed
+	}
 	return frame, proto, rxDeliver
+}
+
+// trimPadding returns the Ethernet frame cut to its IP packet's own
+// length: a frame shorter than Ethernet's minimum arrives padded, and GRO,
+// which takes a segment's payload to be the rest of the packet, would
+// count the padding as data. A frame whose lengths do not add up is left
+// whole for gVisor to reject.
+func trimPadding(frame []byte, proto tcpip.NetworkProtocolNumber) []byte {
+	ip := frame[linkHdrLen:]
+	n := len(ip)
+	switch proto {
+	case header.IPv4ProtocolNumber:
+		if len(ip) >= header.IPv4MinimumSize {
+			n = int(header.IPv4(ip).TotalLength())
+		}
+	case header.IPv6ProtocolNumber:
+		if len(ip) >= header.IPv6MinimumSize {
+			n = header.IPv6MinimumSize + int(header.IPv6(ip).PayloadLength())
+		}
+	}
+	if n < len(ip) && n > 0 {
+		return frame[:linkHdrLen+n]
+	}
+	return frame
 }
 
 // completePartial completes the partial transport checksum of the IP

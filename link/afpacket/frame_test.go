@@ -1,6 +1,7 @@
 package afpacket
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/rand/v2"
 	"testing"
@@ -99,43 +100,48 @@ func TestParseRX(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		b       []byte
-		vnet    bool
+		check   rxCheck
 		partial bool
 		want    rxVerdict
 		proto   tcpip.NetworkProtocolNumber
 	}{
-		{"vnet/verified", withVnet(vnet.Header{}, good4), true, false, rxDeliver, header.IPv4ProtocolNumber},
-		{"vnet/bad checksum", withVnet(vnet.Header{}, bad4), true, false, rxBadChecksum, 0},
-		{"vnet/trusted partial", withVnet(needsCsum, partial4), true, false, rxDeliver, header.IPv4ProtocolNumber},
-		{"vnet/trusted valid", withVnet(vnet.Header{Flags: vnet.FlagDataValid}, bad4), true, false, rxDeliver, header.IPv4ProtocolNumber},
-		{"vnet/gso tcp", withVnet(vnet.Header{Flags: vnet.FlagNeedsCsum, GSOType: vnet.GSOTCPv4 | vnet.GSOECN, GSOSize: 8, HdrLen: 54, CsumStart: 34, CsumOffset: 16}, partial4), true, false, rxDeliver, header.IPv4ProtocolNumber},
-		{"vnet/gso udp", withVnet(vnet.Header{GSOType: vnet.GSOUDPL4, GSOSize: 8, HdrLen: 42}, partial6), true, false, rxError, 0},
-		{"vnet/checksum outside", withVnet(vnet.Header{Flags: vnet.FlagNeedsCsum, CsumStart: 1000}, good4), true, false, rxError, 0},
-		{"vnet/short header", good4[:vnet.HeaderSize-1], true, false, rxError, 0},
-		{"vnet/arp", withVnet(vnet.Header{}, arp), true, false, rxDeliver, header.ARPProtocolNumber},
-		{"vnet/vlan", withVnet(vnet.Header{}, vlan), true, false, rxMalformed, 0},
-		{"vnet/runt", withVnet(vnet.Header{}, good4[:10]), true, false, rxError, 0},
-		{"plain/good", good4, false, false, rxDeliver, header.IPv4ProtocolNumber},
-		{"plain/bad is gVisor's to find", bad4, false, false, rxDeliver, header.IPv4ProtocolNumber},
-		{"plain/partial4 completed", partial4, false, true, rxDeliver, header.IPv4ProtocolNumber},
-		{"plain/partial6 completed", partial6, false, true, rxDeliver, header.IPv6ProtocolNumber},
-		{"plain/partial fragment", frame(header.IPv4ProtocolNumber, fragment(ip4(header.UDPProtocolNumber, 1, 2, payload, "partial"))), false, true, rxBadChecksum, 0},
-		{"plain/runt", good4[:13], false, false, rxError, 0},
+		{"vnet/verified", withVnet(vnet.Header{}, good4), checkVnet, false, rxDeliver, header.IPv4ProtocolNumber},
+		{"vnet/bad checksum", withVnet(vnet.Header{}, bad4), checkVnet, false, rxBadChecksum, 0},
+		{"vnet/trusted partial", withVnet(needsCsum, partial4), checkVnet, false, rxDeliver, header.IPv4ProtocolNumber},
+		{"vnet/trusted valid", withVnet(vnet.Header{Flags: vnet.FlagDataValid}, bad4), checkVnet, false, rxDeliver, header.IPv4ProtocolNumber},
+		{"vnet/gso tcp", withVnet(vnet.Header{Flags: vnet.FlagNeedsCsum, GSOType: vnet.GSOTCPv4 | vnet.GSOECN, GSOSize: 8, HdrLen: 54, CsumStart: 34, CsumOffset: 16}, partial4), checkVnet, false, rxDeliver, header.IPv4ProtocolNumber},
+		{"vnet/gso udp", withVnet(vnet.Header{GSOType: vnet.GSOUDPL4, GSOSize: 8, HdrLen: 42}, partial6), checkVnet, false, rxError, 0},
+		{"vnet/checksum outside", withVnet(vnet.Header{Flags: vnet.FlagNeedsCsum, CsumStart: 1000}, good4), checkVnet, false, rxError, 0},
+		{"vnet/short header", good4[:vnet.HeaderSize-1], checkVnet, false, rxError, 0},
+		{"vnet/arp", withVnet(vnet.Header{}, arp), checkVnet, false, rxDeliver, header.ARPProtocolNumber},
+		{"vnet/vlan", withVnet(vnet.Header{}, vlan), checkVnet, false, rxMalformed, 0},
+		{"vnet/runt", withVnet(vnet.Header{}, good4[:10]), checkVnet, false, rxError, 0},
+		{"plain/good", good4, checkStack, false, rxDeliver, header.IPv4ProtocolNumber},
+		{"plain/bad is gVisor's to find", bad4, checkStack, false, rxDeliver, header.IPv4ProtocolNumber},
+		{"plain/partial4 completed", partial4, checkStack, true, rxDeliver, header.IPv4ProtocolNumber},
+		{"plain/partial6 completed", partial6, checkStack, true, rxDeliver, header.IPv6ProtocolNumber},
+		{"plain/partial fragment", frame(header.IPv4ProtocolNumber, fragment(ip4(header.UDPProtocolNumber, 1, 2, payload, "partial"))), checkStack, true, rxBadChecksum, 0},
+		{"plain/runt", good4[:13], checkStack, false, rxError, 0},
+		{"here/good", good4, checkHere, false, rxDeliver, header.IPv4ProtocolNumber},
+		{"here/bad", bad4, checkHere, false, rxBadChecksum, 0},
+		{"here/partial trusted", partial4, checkHere, true, rxDeliver, header.IPv4ProtocolNumber},
+		{"here/runt", good4[:13], checkHere, false, rxError, 0},
+		{"here/cut short", good4[:len(good4)-1], checkHere, false, rxMalformed, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := append([]byte(nil), tc.b...)
-			f, proto, v := parseRX(b, tc.vnet, tc.partial)
+			f, proto, v := parseRX(b, tc.check, tc.partial)
 			require.Equal(t, tc.want, v)
 			if v != rxDeliver {
 				return
 			}
 			require.Equal(t, tc.proto, proto)
 			off := 0
-			if tc.vnet {
+			if tc.check == checkVnet {
 				off = vnet.HeaderSize
 			}
 			require.Equal(t, len(b)-off, len(f))
-			if tc.partial {
+			if tc.partial && tc.check == checkStack {
 				require.True(t, vnet.VerifyIP(f[linkHdrLen:]), "completed checksum verifies")
 			}
 		})
@@ -244,7 +250,16 @@ func FuzzParseRX(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte, vnetHdr, partial bool) {
 		orig := append([]byte(nil), b...)
-		fr, proto, v := parseRX(b, vnetHdr, partial)
+		check := checkStack
+		switch {
+		case vnetHdr:
+			check = checkVnet
+		case len(b) > 0 && b[len(b)-1]&1 != 0:
+			// The last byte picks the plain mode, so as not to change
+			// the fuzz signature (and its corpus).
+			check = checkHere
+		}
+		fr, proto, v := parseRX(b, check, partial)
 		first, last := -1, -1
 		for i := range b {
 			if b[i] != orig[i] {
@@ -254,8 +269,8 @@ func FuzzParseRX(f *testing.F) {
 				last = i
 			}
 		}
-		if first >= 0 && (!partial || vnetHdr || v != rxDeliver || last-first > 1) {
-			t.Fatalf("bytes %d..%d changed (partial %v, vnet %v, verdict %d)", first, last, partial, vnetHdr, v)
+		if first >= 0 && (!partial || check != checkStack || v != rxDeliver || last-first > 1) {
+			t.Fatalf("bytes %d..%d changed (partial %v, check %d, verdict %d)", first, last, partial, check, v)
 		}
 		if v != rxDeliver {
 			return
@@ -266,5 +281,22 @@ func FuzzParseRX(f *testing.F) {
 		if got := header.Ethernet(fr).Type(); got != proto {
 			t.Fatalf("protocol %d, EtherType %d", proto, got)
 		}
+		if tr := trimPadding(fr, proto); len(tr) < linkHdrLen || &tr[0] != &fr[0] {
+			t.Fatalf("trimPadding cut the %d-byte frame to %d bytes", len(fr), len(tr))
+		}
 	})
+}
+
+// TestTrimPadding: a padded minimum frame is cut to its IP packet; a
+// frame whose lengths do not add up is left whole.
+func TestTrimPadding(t *testing.T) {
+	pkt := ip4(header.TCPProtocolNumber, 1, 2, nil, "full")
+	padded := frame(header.IPv4ProtocolNumber, append(bytes.Clone(pkt), make([]byte, 6)...))
+	require.Len(t, trimPadding(padded, header.IPv4ProtocolNumber), linkHdrLen+len(pkt))
+	exact := frame(header.IPv4ProtocolNumber, pkt)
+	require.Len(t, trimPadding(exact, header.IPv4ProtocolNumber), len(exact))
+	short := exact[:len(exact)-1]
+	require.Len(t, trimPadding(short, header.IPv4ProtocolNumber), len(short), "lengths that do not add up")
+	arp := frame(header.ARPProtocolNumber, make([]byte, header.ARPSize+10))
+	require.Len(t, trimPadding(arp, header.ARPProtocolNumber), len(arp), "only IP is trimmed")
 }

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/cache"
 	"github.com/ustack-dev/ustack/link/internal/linkutil"
@@ -46,6 +47,17 @@ type queue struct {
 	pollRecv  func(fd uintptr)
 	pollN     int
 	pollErrno unix.Errno
+	// gro coalesces the TCP segments of one receive round; rxd is the
+	// round's dispatcher (nil: detached) and roundPkts and roundBytes its
+	// counts so far. All belong to the holder of gate.Owner.
+	gro                   linkutil.GRO
+	rxd                   stack.NetworkDispatcher
+	roundPkts, roundBytes uint64
+	// ring is the TPACKET_V3 receive ring with RXRing (nil: recvmmsg),
+	// and ringFrame q.receive, bound once so that a block allocates
+	// nothing. Both belong to the holder of gate.Owner.
+	ring      *ring
+	ringFrame ringFrame
 	counters
 }
 
@@ -73,7 +85,11 @@ func New(ifname string, opts *Options) (*Endpoint, error) {
 		return nil, fmt.Errorf("afpacket: interface %q has no Ethernet address: afpacket needs an Ethernet interface (for a TUN device use link/tun)", ifname)
 	}
 	fds := make([]int, 0, o.Queues)
+	var rings []*ring
 	fail := func(err error) (*Endpoint, error) {
+		for _, r := range rings {
+			r.unmap()
+		}
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
@@ -81,32 +97,36 @@ func New(ifname string, opts *Options) (*Endpoint, error) {
 	}
 	fanoutID := 0
 	for i := range o.Queues {
-		fd, err := openSocket(ifname, ifi.Index, &o)
+		fd, r, err := openSocket(ifname, ifi.Index, &o)
 		if err != nil {
 			return fail(err)
 		}
 		fds = append(fds, fd)
+		if r != nil {
+			rings = append(rings, r)
+		}
 		if o.Queues > 1 {
 			if fanoutID, err = joinFanout(fd, i, fanoutID); err != nil {
 				return fail(fmt.Errorf("afpacket: join %d sockets on %q in a fanout group: %w", o.Queues, ifname, err))
 			}
 		}
 	}
-	e, err := newEndpoint(ifname, ifi.Index, uint32(ifi.MTU), tcpip.LinkAddress(ifi.HardwareAddr), o, fds)
+	e, err := newEndpoint(ifname, ifi.Index, uint32(ifi.MTU), tcpip.LinkAddress(ifi.HardwareAddr), o, fds, rings)
 	if err != nil {
-		return nil, err // newEndpoint closed the descriptors
+		return nil, err // newEndpoint closed the descriptors and unmapped the rings
 	}
 	return e, nil
 }
 
-// openSocket opens one packet socket, sets its options and binds it to
-// the interface. It opens the socket for no protocol and binds it for all
-// (ETH_P_ALL) together with the interface: a socket opened for ETH_P_ALL
-// would start queueing every interface's frames before the bind.
-func openSocket(ifname string, ifindex int, o *Options) (int, error) {
+// openSocket opens one packet socket, sets its options, maps its receive
+// ring with RXRing, and binds it to the interface. It opens the socket for
+// no protocol and binds it for all (ETH_P_ALL) together with the
+// interface: a socket opened for ETH_P_ALL would start queueing every
+// interface's frames before the bind (and a ring, before the bind too).
+func openSocket(ifname string, ifindex int, o *Options) (int, *ring, error) {
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, sockErr(ifname, "open a packet socket", "socket", err)
+		return -1, nil, sockErr(ifname, "open a packet socket", "socket", err)
 	}
 	set := func(level, opt, v int, name string) error {
 		if err := unix.SetsockoptInt(fd, level, opt, v); err != nil {
@@ -145,17 +165,29 @@ func openSocket(ifname string, ifindex int, o *Options) (int, error) {
 		setBuf(fd, ifname, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, o.SndBuf, "send"))
 	if err := errors.Join(errs...); err != nil {
 		unix.Close(fd)
-		return -1, err
+		return -1, nil, err
+	}
+	var r *ring
+	if o.RX == RXRing {
+		// After PACKET_VNET_HDR, which the kernel refuses once a ring
+		// exists.
+		if r, err = setupRing(fd, blocksFor(o.RcvBuf), ifname); err != nil {
+			unix.Close(fd)
+			return -1, nil, err
+		}
 	}
 	sa := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex}
 	if err := unix.Bind(fd, sa); err != nil {
+		if r != nil {
+			r.unmap()
+		}
 		unix.Close(fd)
 		if errors.Is(err, unix.ENODEV) {
-			return -1, fmt.Errorf("afpacket: interface %q not found: check `ip link`: %w", ifname, os.NewSyscallError("bind", err))
+			return -1, nil, fmt.Errorf("afpacket: interface %q not found: check `ip link`: %w", ifname, os.NewSyscallError("bind", err))
 		}
-		return -1, sockErr(ifname, "bind a packet socket", "bind", err)
+		return -1, nil, sockErr(ifname, "bind a packet socket", "bind", err)
 	}
-	return fd, nil
+	return fd, r, nil
 }
 
 // setBuf sets a socket buffer size with the FORCE option, which ignores
@@ -213,16 +245,26 @@ func htons(v uint16) uint16 {
 }
 
 // newEndpoint builds an endpoint over open, non-blocking sockets, one per
-// queue. It owns fds from the call on, closing them on error. It starts no
-// goroutine: Attach starts the receive goroutines, a queue's first refused
-// write its watcher. Tests call it with socketpairs.
-func newEndpoint(ifname string, ifindex int, mtu uint32, addr tcpip.LinkAddress, o Options, fds []int) (*Endpoint, error) {
+// queue, and with RXRing their receive rings, in the same order. It owns
+// fds and rings from the call on, closing and unmapping them on error. It
+// starts no goroutine: Attach starts the receive goroutines, a queue's
+// first refused write its watcher. Tests call it with socketpairs (and no
+// rings).
+func newEndpoint(ifname string, ifindex int, mtu uint32, addr tcpip.LinkAddress, o Options, fds []int, rings []*ring) (*Endpoint, error) {
 	e := &Endpoint{
 		opts:    o,
 		ifname:  ifname,
 		ifindex: ifindex,
 		vnetHdr: !o.NoOffload,
 		stop:    make(chan struct{}),
+	}
+	switch {
+	case e.vnetHdr:
+		e.rxCheck = checkVnet
+	case o.NoGRO:
+		e.rxCheck = checkStack
+	default:
+		e.rxCheck = checkHere
 	}
 	e.mtu.Store(mtu)
 	e.addr.Store(&addr)
@@ -247,9 +289,20 @@ func newEndpoint(ifname string, ifindex int, mtu uint32, addr tcpip.LinkAddress,
 			for _, fd := range fds[i+1:] {
 				unix.Close(fd)
 			}
+			for _, r := range rings {
+				r.unmap()
+			}
 			return nil, fmt.Errorf("afpacket: socket %d on %q: %w", i, ifname, err)
 		}
 		q := &queue{e: e, idx: i, file: f, rc: rc}
+		q.gro.Init(!o.NoGRO)
+		if i < len(rings) {
+			q.ring = rings[i]
+			q.ringFrame = q.receive
+			e.queues = append(e.queues, q)
+			e.gates = append(e.gates, &e.queues[i].gate)
+			continue // the ring is the landing area
+		}
 		q.startWatch = func() {
 			e.wg.Add(1)
 			go q.watchLoop()

@@ -40,6 +40,38 @@ const (
 	ifNameMax = 15
 )
 
+// RXMode is how a queue receives frames from its socket.
+type RXMode uint8
+
+const (
+	// RXDefault stands for the default mode, RXRecvmmsg.
+	RXDefault RXMode = iota
+	// RXRecvmmsg copies up to RXBatch frames with one recvmmsg into the
+	// queue's landing buffers, and parks in the runtime poller when the
+	// socket is empty. A frame reaches the stack as soon as it is read.
+	RXRecvmmsg
+	// RXRing maps a TPACKET_V3 receive ring (PACKET_MMAP) of RcvBuf
+	// bytes, in blocks of 128 KiB: the kernel writes frames straight into
+	// it and hands over a block at a time, so a busy queue receives with
+	// no system call at all. But a block is handed over only when full or
+	// after 1 ms, so on a quiet link every frame waits up to 1 ms: a
+	// request-response exchange becomes that much slower.
+	RXRing
+)
+
+// String returns the mode's name: "default", "recvmmsg" or "ring".
+func (m RXMode) String() string {
+	switch m {
+	case RXDefault:
+		return "default"
+	case RXRecvmmsg:
+		return "recvmmsg"
+	case RXRing:
+		return "ring"
+	}
+	return fmt.Sprintf("RXMode(%d)", uint8(m))
+}
+
 // Options configures New. A nil *Options means DefaultOptions; in a
 // non-nil Options a zero number means its default and the booleans are
 // taken as they are.
@@ -54,13 +86,31 @@ type Options struct {
 	// shaping). Off by default: with it on, a full device drops instead of
 	// pushing back.
 	QdiscBypass bool
-	// NoOffload turns the offloads off by leaving the virtio-net header
-	// (PACKET_VNET_HDR) off: no GSO (gVisor segments TCP itself) and no
-	// checksum offload claim (gVisor checksums every packet both ways). It exists to measure what the offloads are worth.
-	// The kernel still hands over frames with partial checksums (a veth
-	// peer's, say); without the header the endpoint learns of them through
-	// PACKET_AUXDATA and completes their checksums itself.
+	// NoOffload turns the kernel offloads off by leaving the virtio-net
+	// header (PACKET_VNET_HDR) off: no host GSO (gVisor cuts TCP to the
+	// MTU itself, by default with its software GSO) and every transmitted
+	// checksum computed by gVisor. It exists to measure what the offloads
+	// are worth. The kernel still hands over frames with partial checksums
+	// (a veth peer's, say); without the header the endpoint learns of them
+	// through PACKET_AUXDATA, and trusts them (GRO on, when the endpoint
+	// verifies the others itself) or completes them for gVisor (NoGRO).
 	NoOffload bool
+	// NoSoftwareGSO turns gVisor's software GSO off where the endpoint
+	// would offer it (NoOffload): gVisor's TCP then builds and checksums
+	// every MTU-sized segment on its own instead of a super-segment at a
+	// time. For comparison.
+	NoSoftwareGSO bool
+	// NoGRO turns receive coalescing off: by default the TCP segments of
+	// one receive round that continue each other climb gVisor's stack as
+	// one (linkutil.GRO), which matters when the kernel hands over
+	// MTU-sized segments (NoOffload, or a peer without TSO). Without the
+	// virtio-net header GRO also makes the endpoint verify checksums
+	// itself (it claims RX checksum offload, as with the header) instead
+	// of completing partial ones for gVisor. For comparison.
+	NoGRO bool
+	// RX is how the queues receive: RXRecvmmsg or RXRing; RXDefault (the
+	// zero value) means RXRecvmmsg.
+	RX RXMode
 	// RXBatch is the most frames one recvmmsg reads (one RX round).
 	// Default DefaultBatch, at most MaxBatch. Each costs a 64 KiB landing
 	// buffer per queue.
@@ -86,6 +136,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		Queues:  1,
+		RX:      RXRecvmmsg,
 		RXBatch: DefaultBatch,
 		TXBatch: DefaultBatch,
 		SndBuf:  DefaultSndBuf,
@@ -103,6 +154,9 @@ func (o *Options) normalize() (Options, error) {
 	if r.Queues == 0 {
 		r.Queues = d.Queues
 	}
+	if r.RX == RXDefault {
+		r.RX = d.RX
+	}
 	if r.RXBatch == 0 {
 		r.RXBatch = d.RXBatch
 	}
@@ -116,6 +170,8 @@ func (o *Options) normalize() (Options, error) {
 		r.RcvBuf = d.RcvBuf
 	}
 	switch {
+	case r.RX > RXRing:
+		return r, fmt.Errorf("afpacket: %v: not a receive mode; use RXRecvmmsg or RXRing", r.RX)
 	case r.Queues < 1 || r.Queues > MaxQueues:
 		return r, fmt.Errorf("afpacket: %d queues: must be from 1 to %d", r.Queues, MaxQueues)
 	case r.RXBatch < 1 || r.RXBatch > MaxBatch:

@@ -18,6 +18,9 @@ func TestOptionsNormalize(t *testing.T) {
 		{"nil means defaults", nil, d, ""},
 		{"zero means defaults", &Options{}, d, ""},
 		{"booleans kept", &Options{NoOffload: true, QdiscBypass: true}, func() Options { o := d; o.NoOffload, o.QdiscBypass = true, true; return o }(), ""},
+		{"ring", &Options{RX: RXRing}, func() Options { o := d; o.RX = RXRing; return o }(), ""},
+		{"no GRO", &Options{NoGRO: true}, func() Options { o := d; o.NoGRO = true; return o }(), ""},
+		{"unknown RX mode", &Options{RX: RXRing + 1}, Options{}, "RXMode(3): not a receive mode"},
 		{"per-packet TX", &Options{TXBatch: 1}, func() Options { o := d; o.TXBatch = 1; return o }(), ""},
 		{"largest", &Options{Queues: MaxQueues, RXBatch: MaxBatch, TXBatch: MaxBatch}, func() Options {
 			o := d
@@ -42,6 +45,12 @@ func TestOptionsNormalize(t *testing.T) {
 			require.Equal(t, tc.want, got)
 		})
 	}
+}
+
+func TestRXModeString(t *testing.T) {
+	require.Equal(t, "recvmmsg", DefaultOptions().RX.String())
+	require.Equal(t, "default", RXDefault.String())
+	require.Equal(t, "ring", RXRing.String())
 }
 
 func TestCheckIfName(t *testing.T) {

@@ -133,10 +133,17 @@ func (q *queue) parkLanding() {
 	q.rxCache.Park()
 }
 
-// closeLanding releases the landing batch, once no goroutine receives:
-// Close calls it after joining the receive goroutine, and takes gate.Owner
-// so that a busy poller's round in progress ends first.
+// closeLanding releases the landing batch, or unmaps the ring, once no
+// goroutine receives: Close calls it after joining the receive goroutine,
+// and takes gate.Owner so that a busy poller's round in progress ends
+// first (a later one finds the ring unmapped).
 func (q *queue) closeLanding() {
+	if q.ring != nil {
+		q.gate.Owner.Lock()
+		q.ring.unmap()
+		q.gate.Owner.Unlock()
+		return
+	}
 	if q.rxCache == nil {
 		return
 	}
@@ -174,9 +181,14 @@ func (q *queue) rxLoop() {
 			return true
 		}
 		q.gate.Owner.Lock()
-		r = q.landing()
-		n, errno = r.recv(int(fd))
-		q.rxSyscalls.Add(1)
+		if q.ring != nil {
+			// The ring round delivers as it reads: r stays nil.
+			n, errno = q.ringRound(int(fd))
+		} else {
+			r = q.landing()
+			n, errno = r.recv(int(fd))
+			q.rxSyscalls.Add(1)
+		}
 		if errno == unix.EAGAIN {
 			q.parkLanding()
 			q.gate.Owner.Unlock()
@@ -198,14 +210,14 @@ func (q *queue) rxLoop() {
 		if err == nil {
 			// The round is delivered before it is released: a busy
 			// poller meanwhile finds the queue taken.
-			if errno == 0 {
+			if errno == 0 && r != nil {
 				q.deliver(r, n)
 			}
 			q.gate.Owner.Unlock()
 		}
 		if err != nil {
 			if down && errors.Is(err, os.ErrDeadlineExceeded) {
-				if q.checkGone("recvmmsg", unix.ENETDOWN) {
+				if q.checkGone(q.rxCall(), unix.ENETDOWN) {
 					return
 				}
 				q.file.SetReadDeadline(time.Now().Add(downCheckInterval))
@@ -226,7 +238,7 @@ func (q *queue) rxLoop() {
 			// Down or gone; the kernel says so once, then the socket is
 			// silent. Gone is final; down waits for the interface to come
 			// back up, checking now and then whether it was deleted.
-			if q.checkGone("recvmmsg", errno) {
+			if q.checkGone(q.rxCall(), errno) {
 				return
 			}
 			down = true
@@ -247,6 +259,9 @@ func (q *queue) busyPoll() int {
 		return 0
 	}
 	defer q.gate.Owner.Unlock()
+	if q.ring != nil {
+		return q.busyPollRing()
+	}
 	if q.pollRecv == nil {
 		q.pollRecv = func(fd uintptr) { q.pollN, q.pollErrno = q.landing().recv(int(fd)) }
 	}
@@ -266,6 +281,15 @@ func (q *queue) busyPoll() int {
 		q.gate.Force()
 	}
 	return 0
+}
+
+// rxCall names the system call that reports a receive failure: recvmmsg,
+// or with the ring the read of the socket's pending error.
+func (q *queue) rxCall() string {
+	if q.ring != nil {
+		return "getsockopt SO_ERROR"
+	}
+	return "recvmmsg"
 }
 
 // checkGone reports whether the interface no longer exists, recording the
@@ -301,52 +325,79 @@ func (e *Endpoint) pause(d time.Duration) bool {
 	}
 }
 
-// deliver hands the n frames of one RX round to the stack: each is copied
-// once, into a pooled view of its own size, so the landing buffer can take
-// the next round at once.
+// deliver hands the n frames of one RX round to the stack (beginRound,
+// receive, endRound).
 func (q *queue) deliver(r *rxBatch, n int) {
-	d := q.e.Dispatcher()
-	var delivered, bytes uint64
+	q.beginRound()
 	for i := range n {
-		pt := r.pktType(i)
-		switch {
-		case pt == unix.PACKET_OUTGOING:
-			continue // our own, should PACKET_IGNORE_OUTGOING be missing
-		case d == nil:
-			q.rxDetached.Add(1)
-			continue
-		case r.truncated(i):
-			q.rxErrors.Add(1)
-			continue
-		case pt == unix.PACKET_OTHERHOST:
-			q.rxMalformed.Add(1)
-			continue
-		}
-		frame, proto, v := parseRX(r.buf(i), q.e.vnetHdr, r.partial(i))
-		switch v {
-		case rxError:
-			q.rxErrors.Add(1)
-			continue
-		case rxMalformed:
-			q.rxMalformed.Add(1)
-			continue
-		case rxBadChecksum:
-			q.rxBadChecksum.Add(1)
-			continue
-		}
-		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{
-			Payload: buffer.MakeWithView(buffer.NewViewWithData(frame)),
-		})
-		pkt.PktType = packetType(pt)
-		q.e.ParseHeader(pkt) // cannot fail: parseRX checked the length
-		d.DeliverNetworkPacket(proto, pkt)
-		pkt.DecRef()
-		delivered++
-		bytes += uint64(len(frame))
+		q.receive(r.buf(i), r.pktType(i), r.truncated(i), r.partial(i))
 	}
-	q.rxPackets.Add(delivered)
-	q.rxBytes.Add(bytes)
+	q.endRound()
+}
+
+// beginRound starts a receive round: its frames go to the dispatcher
+// attached now, through GRO. The caller holds q.gate.Owner.
+func (q *queue) beginRound() {
+	q.rxd = q.e.Dispatcher()
+	if q.rxd != nil {
+		q.gro.Begin(q.rxd)
+	}
+}
+
+// endRound ends a receive round: GRO delivers what it holds, and the
+// round's counts are published.
+func (q *queue) endRound() {
+	q.gro.Flush()
+	q.rxd = nil
+	q.rxPackets.Add(q.roundPkts)
+	q.rxBytes.Add(q.roundBytes)
 	q.rxRounds.Add(1)
+	q.roundPkts, q.roundBytes = 0, 0
+}
+
+// receive handles one frame of a round: b as the socket handed it over
+// (behind a virtio-net header if on), with its sll_pkttype, whether it was
+// cut short and whether PACKET_AUXDATA called its checksum partial. The
+// frame is copied once, into a pooled view of its own size, so b can take
+// the next frame at once.
+func (q *queue) receive(b []byte, pt uint8, truncated, partial bool) {
+	switch {
+	case pt == unix.PACKET_OUTGOING:
+		return // our own, should PACKET_IGNORE_OUTGOING be missing
+	case q.rxd == nil:
+		q.rxDetached.Add(1)
+		return
+	case truncated:
+		q.rxErrors.Add(1)
+		return
+	case pt == unix.PACKET_OTHERHOST:
+		q.rxMalformed.Add(1)
+		return
+	}
+	frame, proto, v := parseRX(b, q.e.rxCheck, partial)
+	switch v {
+	case rxError:
+		q.rxErrors.Add(1)
+		return
+	case rxMalformed:
+		q.rxMalformed.Add(1)
+		return
+	case rxBadChecksum:
+		q.rxBadChecksum.Add(1)
+		return
+	}
+	frame = trimPadding(frame, proto)
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{
+		Payload: buffer.MakeWithView(buffer.NewViewWithData(frame)),
+	})
+	pkt.PktType = packetType(pt)
+	q.e.ParseHeader(pkt) // cannot fail: parseRX checked the length
+	pkt.NetworkProtocolNumber = proto
+	pkt.RXChecksumValidated = q.e.rxCheck != checkStack
+	q.gro.Enqueue(pkt)
+	pkt.DecRef()
+	q.roundPkts++
+	q.roundBytes += uint64(len(frame))
 }
 
 // packetType translates sll_pkttype into gVisor's numbering.

@@ -5,8 +5,8 @@
 // its embedders) puts under ustack in place of a TUN device.
 //
 // Inbound (Write), the TCP segments of a batch are coalesced by gVisor's
-// own GRO engine (gvisor.dev/gvisor/pkg/tcpip/stack/gro) before the stack
-// sees them, so one large segment climbs the stack instead of dozens of
+// own GRO engine (gvisor.dev/gvisor/pkg/tcpip/stack/gro, through the
+// links' shared wiring, linkutil.GRO) before the stack sees them, so one large segment climbs the stack instead of dozens of
 // small ones. Outbound (Read), the stack hands the endpoint TSO
 // super-segments (it declares host GSO), which Read cuts to the MTU into
 // the caller's buffers, checksums included; a consumer that takes

@@ -9,7 +9,6 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
-	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
 
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/internal/linkutil"
@@ -57,7 +56,7 @@ type Endpoint struct {
 	// the receive goroutine or a busy-polling reader); it guards gro,
 	// batch and rxShut.
 	gate   linkutil.PollGate
-	gro    gro.GRO
+	gro    linkutil.GRO
 	batch  []*stack.PacketBuffer
 	rxShut bool // Close has taken the receive side back
 	kick   chan struct{}

@@ -140,7 +140,9 @@ func (e *Endpoint) kickRX() {
 // held.
 func (e *Endpoint) deliverInline(bufs [][]byte, offset int) {
 	d := e.Dispatcher()
-	e.gro.Dispatcher = d
+	if d != nil {
+		e.gro.Begin(d)
+	}
 	n := 0
 	for _, b := range bufs {
 		pkt := e.packetFrom(b, offset)
@@ -150,7 +152,7 @@ func (e *Endpoint) deliverInline(bufs [][]byte, offset int) {
 		e.enqueue(d, pkt)
 		n++
 	}
-	e.finishRound(d, n)
+	e.finishRound(n)
 }
 
 // enqueue hands one packet to GRO (or drops it, counted, if detached)
@@ -166,21 +168,10 @@ func (e *Endpoint) enqueue(d stack.NetworkDispatcher, pkt *stack.PacketBuffer) {
 	pkt.DecRef()
 }
 
-// groBucketSize is how many packets one of GRO's buckets holds (gVisor's
-// unexported groBucketSize, 8).
-const groBucketSize = 8
-
-// finishRound ends a receive round of n packets: nothing may stay in GRO
-// once it returns. gro.Flush delivers only the oldest packet of each
-// bucket (it walks each bucket's list while removing from it, and a
-// removed entry's link is reset), so it is called once per slot a bucket
-// has; the later calls find the buckets empty at once.
-func (e *Endpoint) finishRound(d stack.NetworkDispatcher, n int) {
-	if d != nil && n > 0 && !e.opts.NoGRO {
-		for range groBucketSize {
-			e.gro.Flush()
-		}
-	}
+// finishRound ends a receive round of n packets: nothing stays in GRO
+// once it returns.
+func (e *Endpoint) finishRound(n int) {
+	e.gro.Flush()
 	if n > 0 {
 		e.rxRounds.Add(1)
 	}
@@ -197,12 +188,14 @@ func (e *Endpoint) round() int {
 		return 0
 	}
 	d := e.Dispatcher()
-	e.gro.Dispatcher = d
+	if d != nil {
+		e.gro.Begin(d)
+	}
 	for i := 0; i < k; i++ {
 		e.enqueue(d, e.batch[i])
 		e.batch[i] = nil
 	}
-	e.finishRound(d, k)
+	e.finishRound(k)
 	return k
 }
 

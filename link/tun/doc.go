@@ -43,11 +43,20 @@
 //     claim TX checksum offload: gVisor computes the checksums of every
 //     packet that is not a super-segment.
 //
-// If the kernel refuses TSO, the endpoint does not claim host GSO and
-// gVisor sends MTU-sized segments; Options.SoftwareGSO then lets gVisor's
-// TCP build super-segments and cut them itself (gVisor GSO), which saves
-// per-segment work in TCP but still costs one write per segment. With
-// NoOffload there is no header at all and gVisor verifies every checksum.
+// With or without the header, the packets one receive round reads (up to
+// Options.RXBatch, until the device is empty) go through GRO
+// (linkutil.GRO) before the stack: TCP segments of one flow that continue
+// each other climb it as one, and nothing is held past the round. Without
+// the header that is what keeps MTU-sized traffic cheap (Options.NoGRO
+// turns it off, for comparison).
+//
+// If the kernel refuses TSO (or with NoOffload), the endpoint does not
+// claim host GSO and offers gVisor's software GSO instead (unless
+// Options.NoSoftwareGSO): gVisor's TCP builds super-segments and cuts them
+// itself, which saves per-segment work in TCP but still costs one write
+// per segment. With NoOffload there is no header at all; the endpoint
+// verifies every checksum itself for GRO's sake (or, with NoGRO, gVisor
+// does).
 // An adopted descriptor whose device's policy refuses TUNSETOFFLOAD keeps
 // its creator's offloads (Offloads.Inherited): the receive path takes
 // whatever the headers announce, and the endpoint claims no host GSO.

@@ -162,16 +162,22 @@ func (*Endpoint) LinkAddress() tcpip.LinkAddress { return "" }
 func (*Endpoint) SetLinkAddress(tcpip.LinkAddress) {}
 
 // Capabilities implements stack.LinkEndpoint. With the virtio-net header
-// the endpoint claims RX checksum offload: it checks every received packet
-// itself (the kernel's verdict or vnet.Inspect) before gVisor sees it. It
-// never claims TX checksum offload, so gVisor computes the checksums of
-// every packet that is not a GSO super-segment.
+// or GRO the endpoint claims RX checksum offload: it checks every received
+// packet itself (the kernel's verdict, vnet.Inspect or vnet.CheckIP)
+// before gVisor sees it, and a segment GRO merged no longer carries a
+// checksum that verifies. It never claims TX checksum offload, so gVisor
+// computes the checksums of every packet that is not a GSO super-segment.
 func (e *Endpoint) Capabilities() stack.LinkEndpointCapabilities {
-	if e.offloads.VNetHeader {
+	if e.offloads.VNetHeader || !e.opts.NoGRO {
 		return stack.CapabilityRXChecksumOffload
 	}
 	return stack.CapabilityNone
 }
+
+// verifyRX reports whether the endpoint checks the checksums of packets
+// that arrive without a virtio-net header: it claims RX checksum offload
+// for GRO only.
+func (e *Endpoint) verifyRX() bool { return !e.offloads.VNetHeader && !e.opts.NoGRO }
 
 // GSOMaxSize implements stack.GSOEndpoint.
 func (e *Endpoint) GSOMaxSize() uint32 {
@@ -185,8 +191,9 @@ func (e *Endpoint) GSOMaxSize() uint32 {
 }
 
 // SupportedGSO implements stack.GSOEndpoint: host GSO when the kernel
-// negotiated TSO, gVisor's software GSO when Options.SoftwareGSO asked for
-// it instead, and none otherwise (gVisor then sends MTU-sized segments).
+// negotiated TSO, gVisor's software GSO otherwise, and none with
+// Options.NoSoftwareGSO (gVisor then builds every MTU-sized segment on its
+// own).
 func (e *Endpoint) SupportedGSO() stack.SupportedGSO { return e.gsoKind }
 
 // ARPHardwareType implements stack.LinkEndpoint.

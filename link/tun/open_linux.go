@@ -408,6 +408,11 @@ type queue struct {
 	// rxErr is the read failure that stopped the receive goroutine, which
 	// alone touches it.
 	rxErr error
+	// gro coalesces the TCP segments of one receive round, and rxd is
+	// the round's dispatcher (nil: detached); both belong to the holder
+	// of gate.Owner.
+	gro linkutil.GRO
+	rxd stack.NetworkDispatcher
 	counters
 }
 
@@ -421,10 +426,10 @@ func newEndpoint(d device, o Options, off Offloads, fds []int) *Endpoint {
 	switch {
 	case off.TSO():
 		e.gsoKind = stack.HostGSOSupported
-	case o.SoftwareGSO:
-		e.gsoKind = stack.GVisorGSOSupported
-	default:
+	case o.NoSoftwareGSO:
 		e.gsoKind = stack.GSONotSupported
+	default:
+		e.gsoKind = stack.GVisorGSOSupported
 	}
 	e.mtu.Store(o.MTU)
 	e.txPool.New = func() any { return newTXScratch() }
@@ -438,6 +443,7 @@ func newEndpoint(d device, o Options, off Offloads, fds []int) *Endpoint {
 			panic(fmt.Sprintf("tun %s: queue %d: SyscallConn of descriptor %d: %v", name, i, fd, err))
 		}
 		q := &queue{e: e, idx: i, file: f, rc: rc}
+		q.gro.Init(!o.NoGRO)
 		q.startWatch = func() {
 			e.wg.Add(1)
 			go q.watchLoop()

@@ -244,16 +244,16 @@ func TestTunOpenFDNegotiates(t *testing.T) {
 	require.Equal(t, Offloads{VNetHeader: true}, e.Offloads())
 
 	// A policy that refuses TUNSETOFFLOAD: the creator's offloads stay,
-	// the endpoint claims none, and receive still takes a super-segment.
+	// the endpoint claims no host GSO, and receive still takes a super-segment.
 	f = &fakeTUN{dev: vnetMQ, hdrSize: vnet.HeaderSize, offload: func(uint) error { return unix.EACCES }}
 	e, _, _ = adopt(t, f, nil)
 	require.Equal(t, Offloads{VNetHeader: true, Inherited: true}, e.Offloads())
 	require.Equal(t, "vnet,inherited", e.Offloads().String())
-	require.Equal(t, stack.GSONotSupported, e.SupportedGSO())
+	require.Equal(t, stack.GVisorGSOSupported, e.SupportedGSO(), "no host GSO: gVisor's own")
 	r := linktest.NewSink()
 	e.AttachAndStart(r, func() {}) // receive by hand
 	tso := tcp4Packet(make([]byte, 5000), 2)
-	e.queues[0].receive(frame(vnet.Header{Flags: vnet.FlagNeedsCsum, GSOType: vnet.GSOTCPv4, GSOSize: 1000, HdrLen: 40, CsumStart: 20, CsumOffset: 16}, tso))
+	receiveOne(e.queues[0], frame(vnet.Header{Flags: vnet.FlagNeedsCsum, GSOType: vnet.GSOTCPv4, GSOSize: 1000, HdrLen: 40, CsumStart: 20, CsumOffset: 16}, tso))
 	require.Len(t, r.Packets(), 1)
 	require.Equal(t, uint64(1), e.OffloadStats().RXSuperSegments)
 }

@@ -62,11 +62,13 @@ type Options struct {
 	// nothing in it but the kernel's checksum verdicts) and turns every
 	// offload off.
 	NoOffload bool
-	// SoftwareGSO makes the endpoint offer gVisor's software GSO when the
-	// kernel did not negotiate TSO (or NoOffload is set): gVisor's TCP
-	// builds super-segments and cuts them into MTU-sized packets just before
-	// the link. It has no effect when TSO was negotiated.
-	SoftwareGSO bool
+	// NoSoftwareGSO stops the endpoint from offering gVisor's software GSO
+	// when the kernel did not negotiate TSO (or NoOffload is set). By
+	// default it offers it: gVisor's TCP then builds a super-segment at a
+	// time and cuts it into MTU-sized packets itself just before the link,
+	// instead of building and checksumming every segment on its own. It
+	// has no effect when TSO was negotiated. For comparison.
+	NoSoftwareGSO bool
 	// NoCache turns the queues' landing-buffer caches (package cache) off:
 	// each queue then keeps its receive buffer (and its USO buffer, once
 	// used) for its whole life, idle or not, as before the caches. For
@@ -89,6 +91,13 @@ type Options struct {
 	// RXBatch is the most packets a receive goroutine reads and delivers
 	// per wake-up, from 1 to MaxRXBatch.
 	RXBatch int
+	// NoGRO turns receive coalescing off: by default the TCP segments of
+	// one receive round that continue each other climb gVisor's stack as
+	// one (linkutil.GRO), which matters when the kernel hands over
+	// MTU-sized segments (NoOffload, or a peer without TSO). Without the
+	// virtio-net header GRO also makes the endpoint verify checksums
+	// itself, as it does with the header. For comparison.
+	NoGRO bool
 }
 
 // DefaultOptions returns the options a nil *Options stands for: one queue,

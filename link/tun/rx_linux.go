@@ -135,9 +135,33 @@ func (q *queue) readRound(fd uintptr) bool {
 }
 
 // roundLocked reads and delivers up to a batch of packets, holding
-// q.gate.Owner. again is false when the queue ran empty; err is a failure
-// that ends the queue.
+// q.gate.Owner: one receive round, whose TCP segments GRO coalesces and
+// delivers by the round's end. again is false when the queue ran empty;
+// err is a failure that ends the queue.
 func (q *queue) roundLocked(fd uintptr) (n int, again bool, err error) {
+	q.beginRound()
+	n, again, err = q.readLocked(fd)
+	q.endRound()
+	return n, again, err
+}
+
+// beginRound starts a receive round: its packets go to the dispatcher
+// attached now, through GRO.
+func (q *queue) beginRound() {
+	q.rxd = q.e.Dispatcher()
+	if q.rxd != nil {
+		q.gro.Begin(q.rxd)
+	}
+}
+
+// endRound ends a receive round: GRO delivers what it holds.
+func (q *queue) endRound() {
+	q.gro.Flush()
+	q.rxd = nil
+}
+
+// readLocked is roundLocked's reading and handing to GRO.
+func (q *queue) readLocked(fd uintptr) (n int, again bool, err error) {
 	buf := q.landing()
 	for n < q.e.opts.RXBatch {
 		m, rerr := unix.Read(int(fd), buf)
@@ -201,6 +225,18 @@ func (q *queue) receive(b []byte) {
 		return
 	}
 	if !q.e.offloads.VNetHeader {
+		if q.e.verifyRX() {
+			// The endpoint claims RX checksum offload for GRO's sake:
+			// check here what gVisor then will not.
+			switch vnet.CheckIP(b) {
+			case vnet.Bad:
+				q.rxBadChecksum.Add(1)
+				return
+			case vnet.Malformed:
+				q.rxMalformed.Add(1)
+				return
+			}
+		}
 		q.deliver(b)
 		return
 	}
@@ -243,8 +279,8 @@ func (q *queue) countUSO(n int) {
 }
 
 // deliver copies the IP packet ip once into a right-sized pooled view and
-// hands it to the attached dispatcher. ip is the caller's and may be
-// reused as soon as deliver returns.
+// hands it to the round's GRO, for the round's dispatcher. ip is the
+// caller's and may be reused as soon as deliver returns.
 func (q *queue) deliver(ip []byte) {
 	var proto tcpip.NetworkProtocolNumber
 	switch header.IPVersion(ip) {
@@ -256,16 +292,17 @@ func (q *queue) deliver(ip []byte) {
 		q.rxMalformed.Add(1)
 		return
 	}
-	d := q.e.Dispatcher()
-	if d == nil {
+	if q.rxd == nil {
 		q.rxDetached.Add(1)
 		return
 	}
 	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{
 		Payload: buffer.MakeWithView(buffer.NewViewWithData(ip)),
 	})
+	pkt.NetworkProtocolNumber = proto
+	pkt.RXChecksumValidated = q.e.Capabilities()&stack.CapabilityRXChecksumOffload != 0
 	q.rxPackets.Add(1)
 	q.rxBytes.Add(uint64(len(ip)))
-	d.DeliverNetworkPacket(proto, pkt)
+	q.gro.Enqueue(pkt)
 	pkt.DecRef()
 }

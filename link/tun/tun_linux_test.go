@@ -432,6 +432,14 @@ func detachedEndpoint(t testing.TB, off Offloads) (*Endpoint, *queue) {
 	return e, e.queues[0]
 }
 
+// receiveOne runs a receive round of the one frame b, as the receive
+// goroutine's round does around its reads.
+func receiveOne(q *queue, b []byte) {
+	q.beginRound()
+	q.receive(b)
+	q.endRound()
+}
+
 func TestTunReceive(t *testing.T) {
 	e, q := detachedEndpoint(t, Offloads{VNetHeader: true, Checksum: true, TSO4: true, TSO6: true, USO4: true, USO6: true})
 	good := tcp4Packet([]byte("hello"), 1)
@@ -440,20 +448,20 @@ func TestTunReceive(t *testing.T) {
 	super, h := udpSuper(true, make([]byte, 2500))
 	tso := tcp4Packet(make([]byte, 5000), 2)
 
-	q.receive(frame(vnet.Header{}, good))
+	receiveOne(q, frame(vnet.Header{}, good))
 	require.Equal(t, uint64(1), e.LinkStats().RXDetached, "no dispatcher yet")
 
 	r := linktest.NewSink()
-	e.AttachAndStart(r, func() {})                                // deliver without starting the receive goroutines
-	q.receive(frame(vnet.Header{}, good))                         // verified, delivered
-	q.receive(frame(vnet.Header{}, bad))                          // bad checksum
-	q.receive(frame(vnet.Header{Flags: vnet.FlagDataValid}, bad)) // the kernel's verdict stands
-	q.receive(frame(h, super))                                    // USO: three datagrams
-	q.receive(frame(vnet.Header{Flags: vnet.FlagNeedsCsum, GSOType: vnet.GSOTCPv4, GSOSize: 1000, HdrLen: 40, CsumStart: 20, CsumOffset: 16}, tso))
-	q.receive(frame(vnet.Header{Flags: vnet.FlagNeedsCsum, CsumStart: 200, CsumOffset: 16}, good)) // checksum outside
-	q.receive([]byte{1, 2, 3})                                                                     // shorter than a header
-	q.receive(frame(vnet.Header{Flags: vnet.FlagDataValid}, []byte{0x15, 0}))                      // not IP
-	q.receive(make([]byte, rxBufSize))                                                             // truncated read
+	e.AttachAndStart(r, func() {})                                    // deliver without starting the receive goroutines
+	receiveOne(q, frame(vnet.Header{}, good))                         // verified, delivered
+	receiveOne(q, frame(vnet.Header{}, bad))                          // bad checksum
+	receiveOne(q, frame(vnet.Header{Flags: vnet.FlagDataValid}, bad)) // the kernel's verdict stands
+	receiveOne(q, frame(h, super))                                    // USO: three datagrams
+	receiveOne(q, frame(vnet.Header{Flags: vnet.FlagNeedsCsum, GSOType: vnet.GSOTCPv4, GSOSize: 1000, HdrLen: 40, CsumStart: 20, CsumOffset: 16}, tso))
+	receiveOne(q, frame(vnet.Header{Flags: vnet.FlagNeedsCsum, CsumStart: 200, CsumOffset: 16}, good)) // checksum outside
+	receiveOne(q, []byte{1, 2, 3})                                                                     // shorter than a header
+	receiveOne(q, frame(vnet.Header{Flags: vnet.FlagDataValid}, []byte{0x15, 0}))                      // not IP
+	receiveOne(q, make([]byte, rxBufSize))                                                             // truncated read
 
 	got := r.Packets()
 	require.Len(t, got, 1+1+3+1)
@@ -471,22 +479,67 @@ func TestTunReceive(t *testing.T) {
 	require.Equal(t, OffloadStats{RXSuperSegments: 1, RXUSOSplit: 1, RXUSODatagrams: 3}, e.OffloadStats())
 }
 
+// TestTunReceiveWithoutVNetHeader: without the header, GRO (the default)
+// makes the endpoint verify checksums and claim the offload; with NoGRO
+// gVisor verifies them and the endpoint claims nothing.
 func TestTunReceiveWithoutVNetHeader(t *testing.T) {
-	e, q := detachedEndpoint(t, Offloads{})
-	r := linktest.NewSink()
-	e.AttachAndStart(r, func() {}) // deliver without starting the receive goroutines
-	good := tcp4Packet([]byte("x"), 1)
-	bad := bytes.Clone(good)
-	bad[len(bad)-1] ^= 1
-	q.receive(good)
-	q.receive(bad) // gVisor verifies: the endpoint claims no offload
-	got := r.Packets()
-	require.Len(t, got, 2)
-	require.Equal(t, good, got[0].Data)
-	require.Equal(t, bad, got[1].Data)
-	require.Equal(t, stack.CapabilityNone, e.Capabilities())
-	require.Equal(t, stack.GSONotSupported, e.SupportedGSO())
-	require.Zero(t, e.GSOMaxSize())
+	for _, nogro := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoGRO=%v", nogro), func(t *testing.T) {
+			e, _ := pairEndpoint(t, 1, Offloads{}, &Options{NoGRO: nogro})
+			q := e.queues[0]
+			r := linktest.NewSink()
+			e.AttachAndStart(r, func() {}) // deliver without starting the receive goroutines
+			good := tcp4Packet([]byte("x"), 1)
+			bad := bytes.Clone(good)
+			bad[len(bad)-1] ^= 1
+			receiveOne(q, good)
+			receiveOne(q, bad)
+			got := r.Packets()
+			require.Equal(t, good, got[0].Data)
+			if nogro {
+				require.Len(t, got, 2, "gVisor verifies")
+				require.Equal(t, bad, got[1].Data)
+				require.Equal(t, stack.CapabilityNone, e.Capabilities())
+			} else {
+				require.Len(t, got, 1, "the endpoint verifies")
+				require.Equal(t, uint64(1), e.LinkStats().RXBadChecksum)
+				require.Equal(t, stack.CapabilityRXChecksumOffload, e.Capabilities())
+			}
+			require.Equal(t, stack.GVisorGSOSupported, e.SupportedGSO())
+		})
+	}
+}
+
+// TestTunGRO: the segments one round reads are coalesced; a round never
+// holds one back for the next.
+func TestTunGRO(t *testing.T) {
+	for _, nogro := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoGRO=%v", nogro), func(t *testing.T) {
+			e, peers := pairEndpoint(t, 1, Offloads{}, &Options{NoGRO: nogro})
+			q := e.queues[0]
+			r := linktest.NewSink()
+			e.AttachAndStart(r, func() {}) // rounds by hand
+			const n, size = 4, 1000
+			for i := range n {
+				_, err := unix.Write(peers[0], tcp4Seq(make([]byte, size), uint32(1+i*size)))
+				require.NoError(t, err)
+			}
+			require.NoError(t, q.rc.Control(func(fd uintptr) {
+				k, again, err := q.roundLocked(fd)
+				require.NoError(t, err)
+				require.False(t, again)
+				require.Equal(t, n, k)
+			}))
+			got := r.Packets()
+			if nogro {
+				require.Len(t, got, n)
+				return
+			}
+			require.Len(t, got, 1, "one round, one flow: one packet")
+			require.Len(t, got[0].Data, header.IPv4MinimumSize+header.TCPMinimumSize+n*size)
+			require.Equal(t, uint64(n), e.LinkStats().RXPackets, "RXPackets counts what was read")
+		})
+	}
 }
 
 func TestTunCapabilities(t *testing.T) {
@@ -496,13 +549,18 @@ func TestTunCapabilities(t *testing.T) {
 	require.Equal(t, uint32(HostGSOMaxSize), e.GSOMaxSize())
 
 	e, _ = detachedEndpoint(t, Offloads{VNetHeader: true, Checksum: true})
-	require.Equal(t, stack.GSONotSupported, e.SupportedGSO(), "no TSO, no host GSO")
+	require.Equal(t, stack.GVisorGSOSupported, e.SupportedGSO(), "no TSO, no host GSO: gVisor's own")
 
 	o := DefaultOptions()
-	o.SoftwareGSO = true
 	e, _ = pairEndpoint(t, 1, Offloads{}, &o)
-	require.Equal(t, stack.GVisorGSOSupported, e.SupportedGSO())
+	require.Equal(t, stack.GVisorGSOSupported, e.SupportedGSO(), "software GSO by default")
 	require.Equal(t, uint32(stack.GVisorGSOMaxSize), e.GSOMaxSize())
+
+	none := DefaultOptions()
+	none.NoSoftwareGSO = true
+	e, _ = pairEndpoint(t, 1, Offloads{}, &none)
+	require.Equal(t, stack.GSONotSupported, e.SupportedGSO())
+	require.Zero(t, e.GSOMaxSize())
 
 	e, _ = pairEndpoint(t, 1, Offloads{VNetHeader: true, Checksum: true, TSO4: true, TSO6: true}, &o)
 	require.Equal(t, stack.HostGSOSupported, e.SupportedGSO(), "host TSO wins over software GSO")
@@ -528,7 +586,7 @@ func FuzzTunReceive(f *testing.F) {
 		e, q := detachedEndpoint(t, Offloads{VNetHeader: true, Checksum: true, TSO4: true, TSO6: true, USO4: true, USO6: true})
 		r := linktest.NewSink()
 		e.AttachAndStart(r, func() {}) // deliver without starting the receive goroutines
-		q.receive(b)
+		receiveOne(q, b)
 		for _, pkt := range r.Packets() {
 			p := pkt.Data
 			if v := header.IPVersion(p); v != header.IPv4Version && v != header.IPv6Version {

@@ -270,12 +270,21 @@ func TestTunSplitUSOMalformed(t *testing.T) {
 
 // tcp4Packet builds an IPv4 TCP packet with correct checksums.
 func tcp4Packet(payload []byte, sport uint16) []byte {
+	return tcp4Segment(payload, sport, 7)
+}
+
+// tcp4Seq builds an IPv4 TCP segment of one flow at sequence number seq.
+func tcp4Seq(payload []byte, seq uint32) []byte { return tcp4Segment(payload, 1, seq) }
+
+// tcp4Segment builds an IPv4 TCP segment from port sport at sequence
+// number seq, with right checksums.
+func tcp4Segment(payload []byte, sport uint16, seq uint32) []byte {
 	b := make([]byte, header.IPv4MinimumSize+header.TCPMinimumSize+len(payload))
 	ip := header.IPv4(b)
 	ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(b)), TTL: 64, Protocol: uint8(header.TCPProtocolNumber), SrcAddr: src4, DstAddr: dst4})
 	ip.SetChecksum(^ip.CalculateChecksum())
 	tcp := header.TCP(b[header.IPv4MinimumSize:])
-	tcp.Encode(&header.TCPFields{SrcPort: sport, DstPort: 80, SeqNum: 7, DataOffset: header.TCPMinimumSize, Flags: header.TCPFlagAck, WindowSize: 1000})
+	tcp.Encode(&header.TCPFields{SrcPort: sport, DstPort: 80, SeqNum: seq, DataOffset: header.TCPMinimumSize, Flags: header.TCPFlagAck, WindowSize: 1000})
 	copy(b[header.IPv4MinimumSize+header.TCPMinimumSize:], payload)
 	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, src4, dst4, uint16(len(tcp)))
 	tcp.SetChecksum(^checksum.Checksum(tcp, xsum))
