@@ -56,6 +56,7 @@ type Endpoint struct {
 	gates  linkutil.PollGates // the queues' busy-poll gates, in queue order
 
 	linkutil.Lifecycle
+	rounds   linkutil.Rounds // a discipline's round hooks (NotifyRounds)
 	writable atomic.Pointer[func()]
 	err      atomic.Pointer[error] // the first failure (Err)
 	closing  atomic.Bool           // Close has begun: refuse writes
@@ -255,6 +256,12 @@ func (e *Endpoint) Close() {
 	e.wg.Wait()
 	e.closeCaches()
 }
+
+// NotifyRounds implements sched.RoundNotifier: a discipline's begin and
+// end hooks wrap each receive round that delivers a packet (after GRO's
+// flush), so what the round's delivery writes (ACKs and replies sent
+// inline, forwarded packets) leaves in one flush at its end.
+func (e *Endpoint) NotifyRounds(begin, end func()) { e.rounds.Set(begin, end) }
 
 // NotifyWritable implements sched.WritableNotifier: after WritePackets
 // refused packets because a socket was full, f is called, from the

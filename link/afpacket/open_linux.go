@@ -296,6 +296,7 @@ func newEndpoint(ifname string, ifindex int, mtu uint32, addr tcpip.LinkAddress,
 		}
 		q := &queue{e: e, idx: i, file: f, rc: rc}
 		q.gro.Init(!o.NoGRO)
+		q.gro.SetRounds(&e.rounds)
 		if i < len(rings) {
 			q.ring = rings[i]
 			q.ringFrame = q.receive

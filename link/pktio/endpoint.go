@@ -38,6 +38,7 @@ type Endpoint struct {
 	mtu  atomic.Uint32
 
 	linkutil.Lifecycle
+	rounds linkutil.Rounds // a discipline's round hooks (NotifyRounds)
 
 	stop   chan struct{}
 	done   chan struct{} // closed when rxLoop returns
@@ -88,6 +89,7 @@ func New(opts *Options) (*Endpoint, error) {
 	e.tx.init(o.QueueLen)
 	e.rx.init(o.QueueLen)
 	e.gro.Init(!o.NoGRO)
+	e.gro.SetRounds(&e.rounds)
 	return e, nil
 }
 

@@ -97,6 +97,12 @@ func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 	return n, nil
 }
 
+// NotifyRounds implements sched.RoundNotifier: a discipline's begin and
+// end hooks wrap each receive round that delivers a packet (after GRO's
+// flush), so what the round's delivery writes (ACKs and replies sent
+// inline) is handed to Read in one flush at its end.
+func (e *Endpoint) NotifyRounds(begin, end func()) { e.rounds.Set(begin, end) }
+
 // NotifyWritable implements sched.WritableNotifier: after a write the
 // queue refused, f is called once Read has made room, from Read's
 // goroutine, with no lock of the endpoint held.

@@ -62,6 +62,7 @@ type Endpoint struct {
 
 	mtu atomic.Uint32
 	linkutil.Lifecycle
+	rounds   linkutil.Rounds // a discipline's round hooks (NotifyRounds)
 	writable atomic.Pointer[func()]
 	err      atomic.Pointer[error] // the first failure (Err)
 
@@ -247,6 +248,12 @@ func (e *Endpoint) CacheStats() cache.Stats {
 	}
 	return s
 }
+
+// NotifyRounds implements sched.RoundNotifier: a discipline's begin and
+// end hooks wrap each receive round that delivers a packet (after GRO's
+// flush), so what the round's delivery writes (ACKs and replies sent
+// inline, forwarded packets) leaves in one flush at its end.
+func (e *Endpoint) NotifyRounds(begin, end func()) { e.rounds.Set(begin, end) }
 
 // NotifyWritable implements sched.WritableNotifier: after a write that a
 // queue refused for lack of room (ErrNoBufferSpace), f is called once that

@@ -444,6 +444,7 @@ func newEndpoint(d device, o Options, off Offloads, fds []int) *Endpoint {
 		}
 		q := &queue{e: e, idx: i, file: f, rc: rc}
 		q.gro.Init(!o.NoGRO)
+		q.gro.SetRounds(&e.rounds)
 		q.startWatch = func() {
 			e.wg.Add(1)
 			go q.watchLoop()

@@ -33,7 +33,18 @@ type GRO struct {
 	g    gro.GRO
 	on   bool
 	held int // packets enqueued since the last Flush
+
+	rounds *Rounds // the link's discipline hooks, if SetRounds
+	open   bool    // a round of rounds is open
+	end    func()  // what closes it; nil when no discipline listens
 }
+
+// SetRounds makes g the edge of the link's transmit rounds
+// (sched.RoundNotifier): a round of r opens before the first packet a
+// receive round enqueues, and closes after Flush delivered the last, so
+// that what the delivery writes leaves in one flush. A receive round that
+// found nothing opens none.
+func (g *GRO) SetRounds(r *Rounds) { g.rounds = r }
 
 // Init readies g. With on false, Enqueue hands every packet up at once,
 // uncoalesced (for comparison).
@@ -58,6 +69,10 @@ func (g *GRO) Begin(d stack.NetworkDispatcher) { g.g.Dispatcher = d }
 // packet, and never releases the iterator), so that every chunk an IPv6
 // packet touched would stay out of the buffer pool for good.
 func (g *GRO) Enqueue(pkt *stack.PacketBuffer) {
+	if g.rounds != nil && !g.open {
+		g.open = true
+		g.end = g.rounds.Begin()
+	}
 	if pkt.NetworkProtocolNumber == header.IPv6ProtocolNumber {
 		g.g.Dispatcher.DeliverNetworkPacket(pkt.NetworkProtocolNumber, pkt)
 		return
@@ -73,12 +88,19 @@ func (g *GRO) Enqueue(pkt *stack.PacketBuffer) {
 // bucket's list while removing from it, and a removed entry's link is
 // reset), so it is called once per slot a bucket has; the later calls find
 // the buckets empty at once. A round with nothing enqueued costs nothing.
+// Then the transmit round (SetRounds) closes.
 func (g *GRO) Flush() {
-	if g.held == 0 {
-		return
+	if g.held > 0 {
+		for range min(g.held, groBucketSize) {
+			g.g.Flush()
+		}
+		g.held = 0
 	}
-	for range min(g.held, groBucketSize) {
-		g.g.Flush()
+	if g.open {
+		end := g.end
+		g.open, g.end = false, nil
+		if end != nil {
+			end()
+		}
 	}
-	g.held = 0
 }
