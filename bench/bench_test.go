@@ -31,7 +31,9 @@ func cfg(test, qdisc string, senders int) Config {
 }
 
 // TestEveryTestAccounts runs each test briefly and checks the structure
-// and the accounting of its result (Result.Check), never its speed.
+// and the accounting of its result (Result.Check), never its speed, and
+// that the cell released every packet buffer (leakcheck.Settled), so
+// that a leak names its cell.
 func TestEveryTestAccounts(t *testing.T) {
 	for _, test := range Tests() {
 		for _, q := range sched.Names() {
@@ -40,6 +42,7 @@ func TestEveryTestAccounts(t *testing.T) {
 				r, err := Run(context.Background(), c)
 				require.NoError(t, err)
 				require.NoError(t, r.Check(c))
+				leakcheck.Settled(t)
 			})
 		}
 	}
@@ -56,6 +59,7 @@ func TestEveryTestAccounts(t *testing.T) {
 				r, err := Run(context.Background(), c)
 				require.NoError(t, err)
 				require.NoError(t, r.Check(c))
+				leakcheck.Settled(t)
 			})
 		}
 	}
