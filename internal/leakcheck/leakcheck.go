@@ -21,6 +21,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func Main(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "leakcheck: goroutines outlived the tests: %v\n", err)
 			code = 1
 		}
-		if l := live(); l.total > 0 {
+		if l := live(nil); l.total > 0 {
 			fmt.Fprintf(os.Stderr, "leakcheck: reference-counted objects outlived the tests: %v\n", l)
 			code = 1
 		}
@@ -57,7 +58,9 @@ const Settling = 2 * time.Second
 // Settling has passed without all of them being released. Call it where
 // the test has closed everything it opened, in a binary whose TestMain is
 // Main and where no other test runs at the same time (not from parallel
-// tests): every object alive then is this test's leak.
+// tests): every object alive then is this test's leak. Objects an
+// earlier Settled already reported are not reported again, so that one
+// leak fails one test (Main's check at the end still counts them).
 func Settled(tb testing.TB) {
 	tb.Helper()
 	if refs.GetLeakMode() != refs.LeaksPanic {
@@ -65,12 +68,22 @@ func Settled(tb testing.TB) {
 		return
 	}
 	deadline := time.Now().Add(Settling)
+	reportedMu.Lock()
+	defer reportedMu.Unlock()
 	for {
-		l := live()
+		l := live(reported)
+		for id := range reported {
+			if !l.alive[id] {
+				delete(reported, id)
+			}
+		}
 		if l.total == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
+			for _, id := range l.ids {
+				reported[id] = true
+			}
 			tb.Fatalf("leakcheck: reference-counted objects outlived the test: %v", l)
 			return
 		}
@@ -78,12 +91,24 @@ func Settled(tb testing.TB) {
 	}
 }
 
-// leaks is what refs' leak check found alive: how many objects of each
-// type, and the check's own report.
+// reported holds the objects Settled has reported and that are still
+// alive, by refs' "[type pointer]" identity (dropped once freed, as the
+// pointer may then be reused).
+var (
+	reportedMu sync.Mutex
+	reported   = make(map[string]bool)
+)
+
+// leaks is what refs' leak check found alive, but the objects it was
+// told to skip: how many objects of each type, their identities, and the
+// lines of the check's own report that name them; alive holds every
+// object alive, skipped ones included.
 type leaks struct {
 	total  int
 	byType map[string]int
+	ids    []string
 	report string
+	alive  map[string]bool
 }
 
 // reportLines bounds how much of refs' report (one line per object, tens
@@ -116,35 +141,44 @@ func (l leaks) String() string {
 	return b.String()
 }
 
-// live runs refs' leak check now, turning its panic into a count. Its
-// report has one line per object alive, "[type pointer] reference count
-// of N instead of 0".
-func live() (l leaks) {
+// live runs refs' leak check now, turning its panic into a count of the
+// objects alive but those in skip. Its report has one line per object
+// alive, "[type pointer] reference count of N instead of 0".
+func live(skip map[string]bool) (l leaks) {
 	l.byType = make(map[string]int)
+	l.alive = make(map[string]bool)
+	var report string
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
-				l.report = fmt.Sprint(r)
+				report = fmt.Sprint(r)
 			}
 		}()
 		refs.DoRepeatedLeakCheck()
 	}()
-	for _, line := range strings.Split(l.report, "\n") {
-		if !strings.HasPrefix(line, "[") {
+	var kept strings.Builder
+	for _, line := range strings.Split(report, "\n") {
+		id, _, ok := strings.Cut(line, "]")
+		if !strings.HasPrefix(line, "[") || !ok {
 			continue
 		}
-		typ, _, ok := strings.Cut(line[1:], " ")
-		if !ok {
+		l.alive[id] = true
+		if skip[id] {
 			continue
 		}
+		typ, _, _ := strings.Cut(id[1:], " ")
 		l.byType[typ]++
+		l.ids = append(l.ids, id)
 		l.total++
+		kept.WriteString(line + "\n")
 	}
-	if l.total == 0 && l.report != "" {
+	l.report = kept.String()
+	if l.total == 0 && report != "" && !strings.HasPrefix(report, "Leak checking detected") {
 		// A report refs worded differently: count it as one, so that it
 		// is never mistaken for a clean check.
 		l.byType["(unparsed refs report)"]++
 		l.total = 1
+		l.report = report
 	}
 	return l
 }
