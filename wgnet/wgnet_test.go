@@ -42,9 +42,6 @@ func TestMain(m *testing.M) {
 // hang is a failure, slowness is not.
 const dialTimeout = 30 * time.Second
 
-// transferSize is what each direction carries in the transfer tests.
-const transferSize = 64 << 20
-
 func TestTransferUstackBothSides(t *testing.T) {
 	for _, tc := range []struct {
 		name string
