@@ -15,7 +15,9 @@
 # Env: N [10000] flows, CONC [32] connecting at once (ustack refuses SYNs
 #      beyond a quarter of -max-half-open, 256, towards one destination),
 #      REPS [3], PORT [5421], SETTLE [2] seconds between establishing and
-#      reading VmRSS, USTACK [built here], PEERS ["ustack pasta"]
+#      reading VmRSS, USTACK [built here], PEERS ["ustack pasta"]; the
+#      peer "base" is a second ustack binary, BASE (an older build, for a
+#      before/after in one run)
 set -u
 export LC_ALL=C
 N=${N:-10000} CONC=${CONC:-32} REPS=${REPS:-3} PORT=${PORT:-5421} SETTLE=${SETTLE:-2}
@@ -24,12 +26,18 @@ PEERS=${PEERS:-"ustack pasta"}
 for t in go ip; do
     command -v "$t" >/dev/null || { echo "flows.sh: missing $t" >&2; exit 1; }
 done
+case " $PEERS " in *" base "*)
+    [ -x "${BASE:-}" ] || { echo "flows.sh: peer base needs BASE, a ustack binary" >&2; exit 1; } ;;
+esac
 case " $PEERS " in *" pasta "*)
     command -v pasta >/dev/null || { echo "flows.sh: missing pasta (apt-get install passt)" >&2; exit 1; } ;;
 esac
-# Every flow is a descriptor in the server, the client and the relay.
-need=$((N + 1024))
-[ "$(ulimit -Hn)" -ge "$need" ] || ulimit -Hn "$need" || exit 1
+# Every flow is a descriptor in the server and the client, and one to
+# several in the relay (pasta splices loopback flows through pipes).
+need=$((8 * N + 1024))
+if [ "$(ulimit -Hn)" -lt "$need" ] && ! ulimit -Hn "$need" 2>/dev/null; then
+    echo "flows.sh: cannot raise the descriptor limit to $need (hard limit $(ulimit -Hn), no CAP_SYS_RESOURCE?): a relay may run out" >&2
+fi
 ulimit -n "$(ulimit -Hn)"
 WORK=$(mktemp -d -t flows.XXXXXX)
 PIDS=()
@@ -59,7 +67,7 @@ run_peer() {   # run_peer NAME -> prints "seconds rss_before_kib rss_held_kib ki
     rm -f "$WORK/start" "$WORK/hold" "$out"
     local client=("$WORK/flowload" open -n "$N" -c "$CONC" -start "$WORK/start" -hold "$WORK/hold")
     case $1 in
-        ustack) "$USTACK" tun -allow-host-loopback -max-flows -1 -max-tcp -1 -- "${client[@]}" "198.18.0.1:$PORT" >"$out" 2>&1 & ;;
+        ustack|base) "$([ "$1" = base ] && echo "$BASE" || echo "$USTACK")" tun -allow-host-loopback -max-flows -1 -max-tcp -1 -- "${client[@]}" "198.18.0.1:$PORT" >"$out" 2>&1 & ;;
         pasta) pasta --runas 0 --config-net -q -f -- "${client[@]}" "$GW:$PORT" >"$out" 2>&1 & ;;
     esac
     pid=$!
