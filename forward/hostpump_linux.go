@@ -175,7 +175,10 @@ func (p *hostPump) finish() {
 	p.c.wq.EventUnregister(&p.entry)
 	p.hp.remove(p)
 	p.host.Close()
-	p.c.Close()
+	// What c.Close does, without making the stack's conn the pump never
+	// used (it would be garbage at once).
+	p.c.ep.Close()
+	p.c.fl.release()
 	if p.finished != nil {
 		close(p.finished)
 	}
