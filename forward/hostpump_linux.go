@@ -44,7 +44,8 @@ type hostPump struct {
 	finished chan struct{}
 
 	mu       sync.Mutex
-	up, down dirState // peer-to-host, host-to-peer
+	up, down dirState      // peer-to-host, host-to-peer
+	upWake   chan struct{} // while the up runner lingers: its wake-up
 	aborted  bool
 	closed   bool // finish ran or is running
 }
@@ -53,21 +54,24 @@ type hostPump struct {
 type dirState uint8
 
 const (
-	running dirState = iota // a goroutine owns the direction
-	parked                  // waiting for a wake-up, without a goroutine
-	ended                   // done for good
+	running   dirState = iota // a goroutine owns the direction
+	lingering                 // its goroutine waits for a wake-up (upWake)
+	parked                    // waiting for a wake-up, without a goroutine
+	ended                     // done for good
 )
 
 // upEvents wake the peer-to-host direction: data, the peer's FIN or
 // reset.
 const upEvents = waiter.ReadableEvents | waiter.EventHUp | waiter.EventErr
 
-// hostLinger is how long a host-to-peer runner that moved data waits on
-// the host socket itself before parking in the hostPoller: long against a
-// request/response exchange through the sandbox (tens of microseconds,
-// scripts/tun-rr.sh), short against a flow's idle life, so that parked
-// idle flows hold no goroutine while an active one is served without the
-// poller's extra hand-off.
+// hostLinger is how long a runner waits for more before parking: a
+// host-to-peer one that moved data waits on the host socket itself, a
+// peer-to-host one on a channel the waiter callback signals. Long against
+// a request/response exchange through the sandbox (tens of microseconds,
+// scripts/tun-rr.sh), short against a flow's idle life: idle flows hold
+// no goroutine while an active one is served by the same goroutines, as
+// when each direction had its own, without a new goroutine (and the
+// poller's extra hand-off) per message.
 const hostLinger = 50 * time.Millisecond
 
 // hostSplice starts relaying between c and host, without waiting: the
@@ -104,9 +108,20 @@ func hostSplice(c *conn, host *net.TCPConn, wait bool) (<-chan struct{}, bool) {
 	return p.finished, true
 }
 
-// wakeUp starts a peer-to-host runner if that direction is parked. It is
-// called by gVisor with the waiter queue locked: it only schedules.
+// wakeUp wakes the lingering peer-to-host runner or, if that direction
+// is parked, starts one. It is called by gVisor with the waiter queue
+// locked: it only schedules.
 func (p *hostPump) wakeUp() {
+	p.mu.Lock()
+	if p.up == lingering && !p.aborted {
+		select {
+		case p.upWake <- struct{}{}:
+		default: // woken already
+		}
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
 	if p.claim(&p.up, true) {
 		go p.upLoop()
 	}
@@ -222,6 +237,9 @@ func (p *hostPump) upLoop() {
 	ep := p.c.ep
 	w := hostWriter{rc: p.rc}
 	poller := p.c.fl.f.st.Poller()
+	wake := make(chan struct{}, 1)
+	linger := time.NewTimer(hostLinger)
+	defer linger.Stop()
 	ready := func() bool {
 		select {
 		case <-p.done:
@@ -253,12 +271,7 @@ func (p *hostPump) upLoop() {
 			if poller.Wait(ready) {
 				continue
 			}
-			if !p.park(&p.up) {
-				return
-			}
-			// A wake-up between the read and the park found the
-			// direction running and did nothing: look again.
-			if ep.Readiness(upEvents) == 0 || !p.claim(&p.up, false) {
+			if !p.lingerUp(wake, linger) {
 				return
 			}
 		case *tcpip.ErrClosedForReceive:
@@ -272,6 +285,62 @@ func (p *hostPump) upLoop() {
 			p.end(&p.up)
 			return
 		}
+	}
+}
+
+// lingerUp waits up to hostLinger for the peer's next data, then parks
+// the direction; false means the runner must end (parked or ended).
+func (p *hostPump) lingerUp(wake chan struct{}, t *time.Timer) bool {
+	p.mu.Lock()
+	if p.aborted {
+		p.mu.Unlock()
+		p.end(&p.up)
+		return false
+	}
+	p.up, p.upWake = lingering, wake
+	p.mu.Unlock()
+	// Data that came between the read and here woke nobody: look.
+	if p.c.ep.Readiness(upEvents) != 0 {
+		p.unlinger(wake)
+		return true
+	}
+	t.Reset(hostLinger)
+	select {
+	case <-wake:
+		p.unlinger(wake)
+		return true
+	case <-p.done:
+		p.end(&p.up)
+		return false
+	case <-t.C:
+	}
+	p.mu.Lock()
+	if p.up == lingering {
+		p.up, p.upWake = parked, nil
+	}
+	p.mu.Unlock()
+	// A wake-up sent before the park is the runner's to serve, unless a
+	// new runner was started meanwhile.
+	select {
+	case <-wake:
+		return p.claim(&p.up, false)
+	default:
+		return false
+	}
+}
+
+// unlinger makes the lingering up runner running again, its wake-up
+// spent.
+func (p *hostPump) unlinger(wake chan struct{}) {
+	p.mu.Lock()
+	if p.up == lingering {
+		p.up = running
+	}
+	p.upWake = nil
+	p.mu.Unlock()
+	select {
+	case <-wake:
+	default:
 	}
 }
 
