@@ -25,9 +25,17 @@ import (
 // wake-up starts a runner, which copies while data is ready and parks
 // again; so an idle flow holds neither goroutine nor buffer. A runner
 // blocked on a full buffer on the far side waits in place (the flow is
-// busy, not idle), and one that just moved host data lingers on the host
-// socket for hostLinger before parking, so that a request/response flow
-// is served by the same goroutine without a hand-off through the poller.
+// busy, not idle), and one that ran out of data lingers hostLinger before
+// parking (the host-to-peer one on the host socket, the peer-to-host one
+// on upWake), so that an active flow is served by the same two
+// goroutines, without a goroutine start or the poller's hand-off per
+// message.
+//
+// The state of each direction (running, lingering, parked, ended) is
+// guarded by mu, and only a transition from parked starts a runner, so
+// a direction has one runner at most; abort ends parked directions
+// itself and running ones through their runners, and whichever ends the
+// last direction closes both sides (finish).
 type hostPump struct {
 	c    *conn
 	host *net.TCPConn
