@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ustack-dev/ustack/internal/xfer"
 )
 
 // parkedFlows is a relay over host sockets with n flows open, each having
@@ -176,6 +179,60 @@ func TestRelayShutdownWaitsForParkedFlows(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Shutdown did not return once every flow had ended")
 	}
+}
+
+func TestRelayFlowsWakeAndExchange(t *testing.T) {
+	// Parked, lingering and running directions, concurrently: each flow
+	// trades messages with pauses around hostLinger (waking parked
+	// directions and lingering ones), then a transfer each way at once
+	// that fills the buffers on both sides and half-closes both ways.
+	const n = 16
+	size := int64(1 << 20)
+	if raceEnabled {
+		size = 256 << 10
+	}
+	pf := openParked(t, n)
+	pf.parked(t)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			p, h := pf.peers[i], pf.hosts[i]
+			for round := range 6 {
+				time.Sleep(time.Duration(round%3) * hostLinger * 3 / 4)
+				a, b := p, h
+				if (i+round)%2 == 1 {
+					a, b = h, p
+				}
+				msg := []byte{byte(i), byte(round), 'x'}
+				if _, err := a.Write(msg); err != nil {
+					errs <- fmt.Errorf("flow %d round %d: %w", i, round, err)
+					return
+				}
+				got := make([]byte, len(msg))
+				if _, err := io.ReadFull(b, got); err != nil || string(got) != string(msg) {
+					errs <- fmt.Errorf("flow %d round %d: got %q, %v", i, round, got, err)
+					return
+				}
+			}
+			_, err := xfer.Exchange(p, h, size, xfer.Timeout(size))
+			if err != nil {
+				err = fmt.Errorf("flow %d: %w", i, err)
+			}
+			p.Close()
+			h.Close()
+			errs <- err
+		}()
+	}
+	for range n {
+		require.NoError(t, <-errs)
+	}
+	require.Eventually(t, func() bool { return pf.e.fw.Stats().TCPFlows == 0 }, 30*time.Second, time.Millisecond)
+	st := pf.e.fw.Stats()
+	// Each flow: its first byte, six 3-byte messages split both ways, and
+	// the transfer, in each direction.
+	require.Equal(t, uint64(n)*(1+9+uint64(size)), st.TCPBytesUp)
+	require.Equal(t, uint64(n)*(1+9+uint64(size)), st.TCPBytesDown)
+	require.Zero(t, st.TCPResets)
 }
 
 // BenchmarkRelayPingPong is a request/response exchange of 64 bytes
