@@ -50,6 +50,9 @@ type hostPump struct {
 	entry waiter.Entry
 	// finished, if not nil, is closed once both sides are closed.
 	finished chan struct{}
+	// inPoller says that the host socket was added to hp's epoll set;
+	// owned by the host-to-peer direction's runner.
+	inPoller bool
 
 	mu       sync.Mutex
 	up, down dirState      // peer-to-host, host-to-peer
@@ -82,10 +85,12 @@ const upEvents = waiter.ReadableEvents | waiter.EventHUp | waiter.EventErr
 // poller's extra hand-off) per message.
 const hostLinger = 50 * time.Millisecond
 
-// hostSplice starts relaying between c and host, without waiting: the
-// pump closes both once both directions have ended. With wait it returns
-// a channel closed then. false means the host socket cannot be polled
-// (nothing was done; copy instead).
+// hostSplice relays between c and host: the calling goroutine is the
+// first host-to-peer runner, so it returns once that direction parks (the
+// host was silent for hostLinger) or ends, and the host's first answer
+// takes no hand-off. The pump closes both sides once both directions have
+// ended; with wait hostSplice returns a channel closed then. false means
+// the host socket cannot be polled (nothing was done; copy instead).
 func hostSplice(c *conn, host *net.TCPConn, wait bool) (<-chan struct{}, bool) {
 	rc, err := host.SyscallConn()
 	if err != nil {
@@ -108,11 +113,7 @@ func hostSplice(c *conn, host *net.TCPConn, wait bool) (<-chan struct{}, bool) {
 	if p.park(&p.up) && c.ep.Readiness(upEvents) != 0 {
 		p.wakeUp() // the peer's first data came with the handshake
 	}
-	if p.park(&p.down) {
-		if err := hp.arm(p, unix.EPOLL_CTL_ADD); err != nil {
-			p.abort(false)
-		}
-	}
+	p.pumpDown()
 	return p.finished, true
 }
 
@@ -352,11 +353,16 @@ func (p *hostPump) unlinger(wake chan struct{}) {
 	}
 }
 
-// downLoop copies from the host to the peer while there is data,
-// lingering hostLinger for more, then parks; a goroutine counted in the
+// downLoop is a host-to-peer runner: a goroutine counted in the
 // Forwarder's, started by wakeDown.
 func (p *hostPump) downLoop() {
 	defer p.c.fl.f.wg.Done()
+	p.pumpDown()
+}
+
+// pumpDown copies from the host to the peer while there is data, lingering
+// hostLinger for more, then parks.
+func (p *hostPump) pumpDown() {
 	ep, wq := p.c.ep, p.c.wq
 	rd := hostReader{rc: p.rc}
 	// The wait for room in the endpoint's send buffer, registered the
@@ -386,7 +392,11 @@ func (p *hostPump) downLoop() {
 			if !p.park(&p.down) {
 				return
 			}
-			if err := p.hp.arm(p, unix.EPOLL_CTL_MOD); err != nil {
+			op := unix.EPOLL_CTL_MOD
+			if !p.inPoller {
+				op, p.inPoller = unix.EPOLL_CTL_ADD, true
+			}
+			if err := p.hp.arm(p, op); err != nil {
 				// Closed by abort, or epoll failed: end both sides
 				// (abort ends the parked direction).
 				p.abort(false)
