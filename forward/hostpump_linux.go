@@ -31,7 +31,7 @@ import (
 // goroutines, without a goroutine start or the poller's hand-off per
 // message.
 //
-// The state of each direction (running, lingering, parked, ended) is
+// The state of each direction (running, parked, ended) is
 // guarded by mu, and only a transition from parked starts a runner, so
 // a direction has one runner at most; abort ends parked directions
 // itself and running ones through their runners, and whichever ends the
@@ -56,7 +56,7 @@ type hostPump struct {
 
 	mu       sync.Mutex
 	up, down dirState      // peer-to-host, host-to-peer
-	upWake   chan struct{} // while the up runner lingers: its wake-up
+	upWake   chan struct{} // the up runner's wake-up, while there is one
 	aborted  bool
 	closed   bool // finish ran or is running
 }
@@ -65,10 +65,9 @@ type hostPump struct {
 type dirState uint8
 
 const (
-	running   dirState = iota // a goroutine owns the direction
-	lingering                 // its goroutine waits for a wake-up (upWake)
-	parked                    // waiting for a wake-up, without a goroutine
-	ended                     // done for good
+	running dirState = iota // a goroutine owns the direction
+	parked                  // waiting for a wake-up, without a goroutine
+	ended                   // done for good
 )
 
 // upEvents wake the peer-to-host direction: data, the peer's FIN or
@@ -117,15 +116,17 @@ func hostSplice(c *conn, host *net.TCPConn, wait bool) (<-chan struct{}, bool) {
 	return p.finished, true
 }
 
-// wakeUp wakes the lingering peer-to-host runner or, if that direction
-// is parked, starts one. It is called by gVisor with the waiter queue
+// wakeUp signals the peer-to-host runner or, if that direction is
+// parked, starts one. It is called by gVisor with the waiter queue
 // locked: it only schedules.
 func (p *hostPump) wakeUp() {
 	p.mu.Lock()
-	if p.up == lingering && !p.aborted {
+	if p.upWake != nil {
+		// A runner: running (the token makes it read once more, as the
+		// channel entry of a goroutine per direction did) or lingering.
 		select {
 		case p.upWake <- struct{}{}:
-		default: // woken already
+		default: // signalled already
 		}
 		p.mu.Unlock()
 		return
@@ -246,9 +247,14 @@ func (p *hostPump) upLoop() {
 	ep := p.c.ep
 	w := hostWriter{rc: p.rc}
 	poller := p.c.fl.f.st.Poller()
+	// Signalled by wakeUp from here on, so data that comes after a read
+	// found none is never missed.
 	wake := make(chan struct{}, 1)
+	p.setUpWake(wake)
+	// The linger is re-armed when it fires, not per message.
 	linger := time.NewTimer(hostLinger)
 	defer linger.Stop()
+	moved := false // since the linger was armed
 	ready := func() bool {
 		select {
 		case <-p.done:
@@ -264,6 +270,7 @@ func (p *hostPump) upLoop() {
 		switch terr.(type) {
 		case nil, *tcpip.ErrBadBuffer:
 			// ErrBadBuffer: the host socket took nothing (full or failed).
+			moved = true
 			if w.err != nil {
 				p.abort(true)
 				p.end(&p.up)
@@ -280,7 +287,7 @@ func (p *hostPump) upLoop() {
 			if poller.Wait(ready) {
 				continue
 			}
-			if !p.lingerUp(wake, linger) {
+			if !p.lingerUp(wake, linger, &moved) {
 				return
 			}
 		case *tcpip.ErrClosedForReceive:
@@ -297,60 +304,55 @@ func (p *hostPump) upLoop() {
 	}
 }
 
-// lingerUp waits up to hostLinger for the peer's next data, then parks
-// the direction; false means the runner must end (parked or ended).
-func (p *hostPump) lingerUp(wake chan struct{}, t *time.Timer) bool {
+// setUpWake makes wake the up runner's wake-up; nil when it parks.
+func (p *hostPump) setUpWake(wake chan struct{}) {
+	p.mu.Lock()
+	p.upWake = wake
+	p.mu.Unlock()
+}
+
+// lingerUp waits for the peer's next data, then parks the direction once
+// a whole hostLinger passed without any; false means the runner must end
+// (parked or ended).
+func (p *hostPump) lingerUp(wake chan struct{}, t *time.Timer, moved *bool) bool {
+	for {
+		select {
+		case <-wake:
+			return true
+		case <-p.done:
+			p.end(&p.up)
+			return false
+		case <-t.C:
+		}
+		if !*moved {
+			break
+		}
+		*moved = false
+		t.Reset(hostLinger)
+	}
 	p.mu.Lock()
 	if p.aborted {
 		p.mu.Unlock()
 		p.end(&p.up)
 		return false
 	}
-	p.up, p.upWake = lingering, wake
-	p.mu.Unlock()
-	// Data that came between the read and here woke nobody: look.
-	if p.c.ep.Readiness(upEvents) != 0 {
-		p.unlinger(wake)
-		return true
-	}
-	t.Reset(hostLinger)
-	select {
-	case <-wake:
-		p.unlinger(wake)
-		return true
-	case <-p.done:
-		p.end(&p.up)
-		return false
-	case <-t.C:
-	}
-	p.mu.Lock()
-	if p.up == lingering {
-		p.up, p.upWake = parked, nil
-	}
+	p.up, p.upWake = parked, nil
 	p.mu.Unlock()
 	// A wake-up sent before the park is the runner's to serve, unless a
 	// new runner was started meanwhile.
 	select {
 	case <-wake:
-		return p.claim(&p.up, false)
 	default:
 		return false
 	}
-}
-
-// unlinger makes the lingering up runner running again, its wake-up
-// spent.
-func (p *hostPump) unlinger(wake chan struct{}) {
 	p.mu.Lock()
-	if p.up == lingering {
-		p.up = running
+	defer p.mu.Unlock()
+	if p.up != parked || p.aborted {
+		return false
 	}
-	p.upWake = nil
-	p.mu.Unlock()
-	select {
-	case <-wake:
-	default:
-	}
+	p.up, p.upWake = running, wake
+	t.Reset(hostLinger)
+	return true
 }
 
 // downLoop is a host-to-peer runner: a goroutine counted in the
