@@ -31,11 +31,11 @@ import (
 // goroutines, without a goroutine start or the poller's hand-off per
 // message.
 //
-// The state of each direction (running, parked, ended) is
-// guarded by mu, and only a transition from parked starts a runner, so
-// a direction has one runner at most; abort ends parked directions
-// itself and running ones through their runners, and whichever ends the
-// last direction closes both sides (finish).
+// The state of each direction (running, parked, ended) is guarded by mu,
+// and only a transition from parked starts a runner, so a direction has
+// one runner at most; abort ends parked directions itself and running
+// ones through their runners, and whichever ends the last direction
+// closes both sides (finish).
 type hostPump struct {
 	c    *conn
 	host *net.TCPConn
