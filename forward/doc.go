@@ -18,5 +18,10 @@
 // returns host sockets (*net.TCPConn, as &net.Dialer{} does), TCP is
 // relayed without a buffer of ours: gVisor's receive buffer is written
 // straight into the host socket and the host socket read straight into
-// gVisor's send buffer. Other conns (a proxy's) are copied generically.
+// gVisor's send buffer. Nor does an idle flow hold a goroutine: each
+// direction parks, the peer's on a callback in the endpoint's waiter
+// queue and the host's in one epoll instance per Forwarder, and a
+// goroutine runs only while data moves (and briefly after, for the next
+// exchange). Other conns (a proxy's) are copied generically, in two
+// goroutines per flow.
 package forward

@@ -64,6 +64,7 @@ type Forwarder struct {
 	half     map[netip.AddrPort]int      // half-open TCP by destination
 	closers  []func()                    // run by Close (handlers' resources)
 	released chan struct{}               // signalled when a flow ends
+	hp       *hostPoller                 // parked host sockets of Relay's TCP flows, once one was
 	wg       sync.WaitGroup              // every goroutine of ours
 
 	closeOnce sync.Once

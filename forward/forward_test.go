@@ -59,7 +59,7 @@ var (
 	farDst = netip.MustParseAddrPort("203.0.113.5:80")
 )
 
-func newEnv(t *testing.T, h Handler, o *Options) *env {
+func newEnv(t testing.TB, h Handler, o *Options) *env {
 	t.Helper()
 	la, lb, err := mem.Pair(nil)
 	require.NoError(t, err)

@@ -8,8 +8,9 @@ import (
 
 const (
 	// DefaultMaxFlows bounds the flows of all protocols at once. Each
-	// costs a goroutine or two, its buffers (see MemoryBudget) and, with
-	// Relay over host sockets, a descriptor: 8192 stays below common
+	// costs its buffers (see MemoryBudget), a goroutine or two while
+	// active (a TCP flow relayed to a host socket none while idle) and,
+	// with Relay over host sockets, a descriptor: 8192 stays below common
 	// descriptor limits.
 	DefaultMaxFlows = 8192
 	// DefaultMaxTCP and DefaultMaxUDP bound each protocol's share.

@@ -75,18 +75,30 @@ func (r *relay) HandleTCP(req *TCPRequest) {
 	if dns.IsValid() {
 		f.c.dns.Add(1)
 	}
-	Splice(c, up)
+	// A host socket is relayed by runners started only while data is
+	// ready (hostSplice), so this goroutine ends here and an idle flow
+	// holds none; other conns are copied in it.
+	if fc, ok := c.(*conn); ok {
+		if h, ok := up.(*net.TCPConn); ok {
+			if _, started := hostSplice(fc, h, false); started {
+				return
+			}
+		}
+	}
+	copySplice(c, up)
 }
 
 // Splice relays between c, a conn from TCPRequest.Accept or
 // Forwarder.DialTCP, and other until both directions have ended, passing
 // half-closes and resets across, then closes both. With other a host
 // socket (*net.TCPConn) it copies without a buffer of its own (see the
-// package doc); otherwise it copies through one.
+// package doc), in goroutines started only while data is ready, and
+// waits; otherwise it copies through one, in this goroutine and one more.
 func Splice(c, other net.Conn) error {
 	if fc, ok := c.(*conn); ok {
 		if h, ok := other.(*net.TCPConn); ok {
-			if done := hostSplice(fc, h); done {
+			if finished, started := hostSplice(fc, h, true); started {
+				<-finished
 				return nil
 			}
 		}

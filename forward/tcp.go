@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -191,13 +192,19 @@ func (f *Forwarder) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, 
 }
 
 // conn is a TCP flow's net.Conn: the stack's conn, counting bytes into
-// the flow, owning the flow's reservation until Close.
+// the flow, owning the flow's reservation until Close. The stack's conn
+// is made on first use: a flow relayed to a host socket uses the endpoint
+// directly and never needs it, so an idle one does not hold it.
 type conn struct {
-	net.Conn
 	ep tcpip.Endpoint
 	wq *waiter.Queue
 	fl *flow
+
+	once sync.Once
+	nc   net.Conn // the stack's conn, once made
 }
+
+var _ net.Conn = (*conn)(nil)
 
 func (f *Forwarder) newConn(wq *waiter.Queue, ep tcpip.Endpoint, fl *flow) *conn {
 	if b := f.o.TCPBuffer; b > 0 {
@@ -210,21 +217,28 @@ func (f *Forwarder) newConn(wq *waiter.Queue, ep tcpip.Endpoint, fl *flow) *conn
 		}
 	}
 	f.c.tcpOpened.Add(1)
-	c := &conn{Conn: f.st.NewTCPConn(wq, ep), ep: ep, wq: wq, fl: fl}
+	c := &conn{ep: ep, wq: wq, fl: fl}
 	fl.setAbort(ep, ep.Abort)
 	return c
 }
 
+// stackConn is the stack's conn over the endpoint, made the first time
+// it is asked for.
+func (c *conn) stackConn() net.Conn {
+	c.once.Do(func() { c.nc = c.fl.f.st.NewTCPConn(c.wq, c.ep) })
+	return c.nc
+}
+
 // Read implements net.Conn.
 func (c *conn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
+	n, err := c.stackConn().Read(b)
 	c.countUp(n)
 	return n, err
 }
 
 // Write implements net.Conn.
 func (c *conn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
+	n, err := c.stackConn().Write(b)
 	c.countDown(n)
 	return n, err
 }
@@ -245,17 +259,35 @@ func (c *conn) countDown(n int) {
 
 // CloseRead shuts the reading side down.
 func (c *conn) CloseRead() error {
-	return c.Conn.(interface{ CloseRead() error }).CloseRead()
+	return c.stackConn().(interface{ CloseRead() error }).CloseRead()
 }
 
 // CloseWrite sends FIN after what was written.
 func (c *conn) CloseWrite() error {
-	return c.Conn.(interface{ CloseWrite() error }).CloseWrite()
+	return c.stackConn().(interface{ CloseWrite() error }).CloseWrite()
 }
 
 // Close implements net.Conn and ends the flow.
 func (c *conn) Close() error {
-	err := c.Conn.Close()
+	// A conn never used is made here: the garbage of a flow that ends,
+	// where an idle one holds nothing, and Read and Write after Close
+	// fail as the stack's conn does.
+	err := c.stackConn().Close()
 	c.fl.release()
 	return err
 }
+
+// LocalAddr implements net.Conn.
+func (c *conn) LocalAddr() net.Addr { return c.stackConn().LocalAddr() }
+
+// RemoteAddr implements net.Conn.
+func (c *conn) RemoteAddr() net.Addr { return c.stackConn().RemoteAddr() }
+
+// SetDeadline implements net.Conn.
+func (c *conn) SetDeadline(t time.Time) error { return c.stackConn().SetDeadline(t) }
+
+// SetReadDeadline implements net.Conn.
+func (c *conn) SetReadDeadline(t time.Time) error { return c.stackConn().SetReadDeadline(t) }
+
+// SetWriteDeadline implements net.Conn.
+func (c *conn) SetWriteDeadline(t time.Time) error { return c.stackConn().SetWriteDeadline(t) }

@@ -1,0 +1,603 @@
+package forward
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/waiter"
+)
+
+// hostPump carries one TCP flow between a gVisor endpoint and a host
+// socket, each byte copied once per direction: gVisor writes its receive
+// buffer's views straight into the host socket (hostWriter) and reads the
+// host socket straight into its send buffer (hostReader).
+//
+// A direction holds a goroutine (a runner) only while it has something to
+// do. Idle, it is parked: the peer-to-host direction on a callback in the
+// endpoint's waiter queue, which gVisor calls in its own goroutines when
+// data arrives, the host-to-peer one in the Forwarder's hostPoller. A
+// wake-up starts a runner, which copies while data is ready and parks
+// again; so an idle flow holds neither goroutine nor buffer. A runner
+// blocked on a full buffer on the far side waits in place (the flow is
+// busy, not idle), and one that ran out of data lingers hostLinger before
+// parking (the host-to-peer one on the host socket, the peer-to-host one
+// on upWake), so that an active flow is served by the same two
+// goroutines, without a goroutine start or the poller's hand-off per
+// message.
+//
+// The state of each direction (running, parked, ended) is guarded by mu,
+// and only a transition from parked starts a runner, so a direction has
+// one runner at most; abort ends parked directions itself and running
+// ones through their runners, and whichever ends the last direction
+// closes both sides (finish).
+type hostPump struct {
+	c    *conn
+	host *net.TCPConn
+	rc   syscall.RawConn
+	hp   *hostPoller
+	id   uint64        // in hp
+	done chan struct{} // closed by abort: ends the waits of runners
+	once sync.Once     // for abort
+
+	// entry is the peer-to-host direction's wake-up, registered in the
+	// endpoint's waiter queue for the pump's life.
+	entry waiter.Entry
+	// finished, if not nil, is closed once both sides are closed.
+	finished chan struct{}
+	// inPoller says that the host socket was added to hp's epoll set;
+	// owned by the host-to-peer direction's runner.
+	inPoller bool
+
+	mu       sync.Mutex
+	up, down dirState      // peer-to-host, host-to-peer
+	upWake   chan struct{} // the up runner's wake-up, while there is one
+	aborted  bool
+	closed   bool // finish ran or is running
+}
+
+// dirState is where one direction of a hostPump is.
+type dirState uint8
+
+const (
+	running dirState = iota // a goroutine owns the direction
+	parked                  // waiting for a wake-up, without a goroutine
+	ended                   // done for good
+)
+
+// upEvents wake the peer-to-host direction: data, the peer's FIN or
+// reset.
+const upEvents = waiter.ReadableEvents | waiter.EventHUp | waiter.EventErr
+
+// hostLinger is how long a runner waits for more before parking: a
+// host-to-peer one that moved data waits on the host socket itself, a
+// peer-to-host one on a channel the waiter callback signals. Long against
+// a request/response exchange through the sandbox (tens of microseconds,
+// scripts/tun-rr.sh), short against a flow's idle life: idle flows hold
+// no goroutine while an active one is served by the same goroutines, as
+// when each direction had its own, without a new goroutine (and the
+// poller's extra hand-off) per message.
+const hostLinger = 50 * time.Millisecond
+
+// hostSplice relays between c and host: the calling goroutine is the
+// first host-to-peer runner, so it returns once that direction parks (the
+// host was silent for hostLinger) or ends, and the host's first answer
+// takes no hand-off. The pump closes both sides once both directions have
+// ended; with wait hostSplice returns a channel closed then. false means
+// the host socket cannot be polled (nothing was done; copy instead).
+func hostSplice(c *conn, host *net.TCPConn, wait bool) (<-chan struct{}, bool) {
+	rc, err := host.SyscallConn()
+	if err != nil {
+		return nil, false
+	}
+	hp, err := c.fl.f.hostPoll()
+	if err != nil {
+		return nil, false
+	}
+	p := &hostPump{c: c, host: host, rc: rc, hp: hp, done: make(chan struct{})}
+	if wait {
+		p.finished = make(chan struct{})
+	}
+	// Both directions start as running, owned by this call, so that an
+	// abort meanwhile leaves the finishing to the parks below.
+	hp.add(p)
+	c.fl.setAbort(c.ep, func() { p.abort(false) })
+	p.entry = waiter.NewFunctionEntry(upEvents, func(waiter.EventMask) { p.wakeUp() })
+	c.wq.EventRegister(&p.entry)
+	if p.park(&p.up) && c.ep.Readiness(upEvents) != 0 {
+		p.wakeUp() // the peer's first data came with the handshake
+	}
+	p.pumpDown()
+	return p.finished, true
+}
+
+// wakeUp signals the peer-to-host runner or, if that direction is
+// parked, starts one. It is called by gVisor with the waiter queue
+// locked: it only schedules.
+func (p *hostPump) wakeUp() {
+	p.mu.Lock()
+	if p.upWake != nil {
+		// A runner: running (the token makes it read once more, as the
+		// channel entry of a goroutine per direction did) or lingering.
+		select {
+		case p.upWake <- struct{}{}:
+		default: // signalled already
+		}
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	if p.claim(&p.up, true) {
+		go p.upLoop()
+	}
+}
+
+// wakeDown starts a host-to-peer runner if that direction is parked.
+func (p *hostPump) wakeDown() {
+	if p.claim(&p.down, true) {
+		go p.downLoop()
+	}
+}
+
+// claim makes a parked direction running, for a new goroutine (counted
+// in the Forwarder's) or for the caller, a runner that just parked it.
+func (p *hostPump) claim(d *dirState, spawn bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if *d != parked || p.aborted {
+		return false
+	}
+	*d = running
+	if spawn {
+		// Close aborts every flow before it waits, and an aborted pump
+		// starts no runner, so this Add never races Close's Wait.
+		p.c.fl.f.wg.Add(1)
+	}
+	return true
+}
+
+// park gives up a running direction until its next wake-up; false means
+// the pump was aborted and the direction ended instead.
+func (p *hostPump) park(d *dirState) bool {
+	p.mu.Lock()
+	if !p.aborted {
+		*d = parked
+		p.mu.Unlock()
+		return true
+	}
+	p.mu.Unlock()
+	p.end(d)
+	return false
+}
+
+// end ends a running direction; the last one to end closes both sides.
+func (p *hostPump) end(d *dirState) {
+	p.mu.Lock()
+	*d = ended
+	last := p.lastLocked()
+	p.mu.Unlock()
+	if last {
+		p.finish()
+	}
+}
+
+// lastLocked reports, once, that both directions have ended.
+func (p *hostPump) lastLocked() bool {
+	if p.up != ended || p.down != ended || p.closed {
+		return false
+	}
+	p.closed = true
+	return true
+}
+
+// finish releases both sides once both directions have ended.
+func (p *hostPump) finish() {
+	p.c.wq.EventUnregister(&p.entry)
+	p.hp.remove(p)
+	p.host.Close()
+	// What c.Close does, without making the stack's conn the pump never
+	// used (it would be garbage at once).
+	p.c.ep.Close()
+	p.c.fl.release()
+	if p.finished != nil {
+		close(p.finished)
+	}
+}
+
+// abort ends both directions at once; with reset the peers see resets
+// (a reset from one side is carried to the other).
+func (p *hostPump) abort(reset bool) {
+	p.once.Do(func() {
+		p.mu.Lock()
+		p.aborted = true // no runner starts from here on
+		p.mu.Unlock()
+		if reset {
+			p.c.fl.f.c.tcpResets.Add(1)
+		}
+		p.host.SetLinger(0)
+		p.c.ep.Abort()
+		close(p.done)
+		// Closing wakes a runner waiting on the host socket.
+		p.host.Close()
+		// Parked directions have no runner to end them.
+		p.mu.Lock()
+		if p.up == parked {
+			p.up = ended
+		}
+		if p.down == parked {
+			p.down = ended
+		}
+		last := p.lastLocked()
+		p.mu.Unlock()
+		if last {
+			p.finish()
+		}
+	})
+}
+
+// upLoop copies from the peer to the host while there is data, then
+// parks; a goroutine counted in the Forwarder's, started by wakeUp.
+func (p *hostPump) upLoop() {
+	defer p.c.fl.f.wg.Done()
+	ep := p.c.ep
+	w := hostWriter{rc: p.rc}
+	poller := p.c.fl.f.st.Poller()
+	// Signalled by wakeUp from here on, so data that comes after a read
+	// found none is never missed.
+	wake := make(chan struct{}, 1)
+	p.setUpWake(wake)
+	// The linger is re-armed when it fires, not per message.
+	linger := time.NewTimer(hostLinger)
+	defer linger.Stop()
+	moved := false // since the linger was armed
+	ready := func() bool {
+		select {
+		case <-p.done:
+			return true
+		default:
+		}
+		return ep.Readiness(upEvents) != 0
+	}
+	for {
+		w.full, w.err = false, nil
+		res, terr := ep.Read(&w, tcpip.ReadOptions{})
+		p.c.countUp(res.Count)
+		switch terr.(type) {
+		case nil, *tcpip.ErrBadBuffer:
+			// ErrBadBuffer: the host socket took nothing (full or failed).
+			moved = true
+			if w.err != nil {
+				p.abort(true)
+				p.end(&p.up)
+				return
+			}
+			if w.full && !p.waitHost() {
+				p.end(&p.up)
+				return
+			}
+		case *tcpip.ErrWouldBlock:
+			// With busy polling on, spin on the links for the next
+			// segment before parking (a request/response flow saves
+			// two goroutine wake-ups per exchange).
+			if poller.Wait(ready) {
+				continue
+			}
+			if !p.lingerUp(wake, linger, &moved) {
+				return
+			}
+		case *tcpip.ErrClosedForReceive:
+			// The peer sent FIN: pass the half-close on.
+			p.host.CloseWrite()
+			p.end(&p.up)
+			return
+		default:
+			// Reset by the peer, or aborted.
+			p.abort(true)
+			p.end(&p.up)
+			return
+		}
+	}
+}
+
+// setUpWake makes wake the up runner's wake-up; nil when it parks.
+func (p *hostPump) setUpWake(wake chan struct{}) {
+	p.mu.Lock()
+	p.upWake = wake
+	p.mu.Unlock()
+}
+
+// lingerUp waits for the peer's next data, then parks the direction once
+// a whole hostLinger passed without any; false means the runner must end
+// (parked or ended).
+func (p *hostPump) lingerUp(wake chan struct{}, t *time.Timer, moved *bool) bool {
+	for {
+		select {
+		case <-wake:
+			return true
+		case <-p.done:
+			p.end(&p.up)
+			return false
+		case <-t.C:
+		}
+		if !*moved {
+			break
+		}
+		*moved = false
+		t.Reset(hostLinger)
+	}
+	p.mu.Lock()
+	if p.aborted {
+		p.mu.Unlock()
+		p.end(&p.up)
+		return false
+	}
+	p.up, p.upWake = parked, nil
+	p.mu.Unlock()
+	// A wake-up sent before the park is the runner's to serve, unless a
+	// new runner was started meanwhile.
+	select {
+	case <-wake:
+	default:
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.up != parked || p.aborted {
+		return false
+	}
+	p.up, p.upWake = running, wake
+	t.Reset(hostLinger)
+	return true
+}
+
+// downLoop is a host-to-peer runner: a goroutine counted in the
+// Forwarder's, started by wakeDown.
+func (p *hostPump) downLoop() {
+	defer p.c.fl.f.wg.Done()
+	p.pumpDown()
+}
+
+// pumpDown copies from the host to the peer while there is data, lingering
+// hostLinger for more, then parks.
+func (p *hostPump) pumpDown() {
+	ep, wq := p.c.ep, p.c.wq
+	rd := hostReader{rc: p.rc}
+	// The wait for room in the endpoint's send buffer, registered the
+	// first time it is full.
+	var (
+		room      waiter.Entry
+		roomCh    chan struct{}
+		waitsRoom bool
+	)
+	defer func() {
+		if waitsRoom {
+			wq.EventUnregister(&room)
+		}
+	}()
+	p.host.SetReadDeadline(time.Now().Add(hostLinger))
+	moved := false // since the deadline was set
+	for {
+		avail, eof, err := p.waitReadable()
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			if moved {
+				moved = false
+				p.host.SetReadDeadline(time.Now().Add(hostLinger))
+				continue
+			}
+			p.host.SetReadDeadline(time.Time{})
+			if !p.park(&p.down) {
+				return
+			}
+			op := unix.EPOLL_CTL_MOD
+			if !p.inPoller {
+				op, p.inPoller = unix.EPOLL_CTL_ADD, true
+			}
+			if err := p.hp.arm(p, op); err != nil {
+				// Closed by abort, or epoll failed: end both sides
+				// (abort ends the parked direction).
+				p.abort(false)
+			}
+			return
+		case err != nil && isReset(err):
+			p.abort(true)
+			p.end(&p.down)
+			return
+		case err != nil:
+			// Closed by abort, or a host error: end both sides.
+			p.abort(false)
+			p.end(&p.down)
+			return
+		case eof:
+			ep.Shutdown(tcpip.ShutdownWrite)
+			p.end(&p.down)
+			return
+		}
+		moved = true
+		for avail > 0 {
+			rd.n, rd.err = avail, nil
+			n, terr := ep.Write(&rd, tcpip.WriteOptions{})
+			avail -= int(n)
+			p.c.countDown(int(n))
+			switch terr.(type) {
+			case nil:
+				if rd.err != nil {
+					p.abort(isReset(rd.err))
+					p.end(&p.down)
+					return
+				}
+			case *tcpip.ErrWouldBlock:
+				if !waitsRoom {
+					// Register, then try again: room that came
+					// meanwhile sent no notification.
+					room, roomCh = waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
+					wq.EventRegister(&room)
+					waitsRoom = true
+					continue
+				}
+				select {
+				case <-roomCh:
+				case <-p.done:
+					p.end(&p.down)
+					return
+				}
+			default:
+				// Reset, or the peer closed for good (or we aborted):
+				// the host must not think its data arrived.
+				p.abort(true)
+				p.end(&p.down)
+				return
+			}
+		}
+	}
+}
+
+// waitReadable parks until the host socket has data, its peer's FIN or an
+// error, or the read deadline passes, and reports how many bytes can be
+// read at once.
+func (p *hostPump) waitReadable() (avail int, eof bool, err error) {
+	var herr error
+	werr := p.rc.Read(func(fd uintptr) bool {
+		// The readiness check happens inside the callback, after the
+		// poller was armed, so an arrival in between is never missed.
+		n, e := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+		if e == nil && n > 0 {
+			avail = n
+			return true
+		}
+		var b [1]byte
+		m, _, e := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		switch {
+		case e == unix.EAGAIN || e == unix.EINTR:
+			return false
+		case e != nil:
+			herr = e
+		case m == 0:
+			eof = true
+		default:
+			avail = 1
+		}
+		return true
+	})
+	if werr != nil {
+		return 0, false, werr
+	}
+	return avail, eof, herr
+}
+
+// waitHost parks until the host socket is writable; false means the pump
+// is over.
+func (p *hostPump) waitHost() bool {
+	err := p.rc.Write(func(fd uintptr) bool {
+		// poll(2) checks the level after the poller was re-armed.
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+		n, _ := unix.Poll(fds, 0)
+		return n > 0
+	})
+	if err != nil {
+		p.abort(false)
+		return false
+	}
+	return true
+}
+
+// hostWriter writes to the host socket without blocking: gVisor calls it
+// with its endpoint locked, which must not wait for the host.
+type hostWriter struct {
+	rc   syscall.RawConn
+	full bool  // the socket's buffer filled up
+	err  error // the socket failed
+}
+
+var errWouldBlock = errors.New("host socket buffer full")
+
+// Write implements io.Writer: it writes what the socket takes now and
+// reports errWouldBlock (with full set) for the rest.
+func (w *hostWriter) Write(p []byte) (int, error) {
+	done := 0
+	for done < len(p) {
+		var n int
+		var e error
+		if err := w.rc.Write(func(fd uintptr) bool {
+			n, e = unix.Write(int(fd), p[done:])
+			return true
+		}); err != nil {
+			w.err = err
+			return done, err
+		}
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e == unix.EAGAIN:
+			w.full = true
+			return done, errWouldBlock
+		case e != nil:
+			w.err = e
+			return done, e
+		}
+		done += n
+	}
+	return done, nil
+}
+
+// hostReader is a tcpip.Payloader that reads exactly n bytes from the host
+// socket, which the socket already holds (SIOCINQ): gVisor's endpoint
+// reads it straight into its send buffer. gVisor keeps reading until it
+// has the count it asked for, so a short read is reported as an error.
+// It reads under Control, not Read: the data is there, and the read
+// deadline of the lingering runner must not fail it.
+type hostReader struct {
+	rc  syscall.RawConn
+	n   int
+	err error
+}
+
+// Len implements tcpip.Payloader.
+func (r *hostReader) Len() int { return r.n }
+
+var errShortRead = errors.New("host socket returned less than it announced")
+
+// Read implements io.Reader, reading at most the n bytes announced.
+func (r *hostReader) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		return 0, nil
+	}
+	if len(p) > r.n {
+		p = p[:r.n]
+	}
+	done := 0
+	for done < len(p) {
+		var n int
+		var e error
+		if err := r.rc.Control(func(fd uintptr) {
+			n, e = unix.Read(int(fd), p[done:])
+		}); err != nil {
+			r.err = err
+			return done, err
+		}
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e != nil:
+			// EAGAIN included: the socket had announced the bytes.
+			r.err = e
+			return done, e
+		case n == 0:
+			r.err = errShortRead
+			return done, errShortRead
+		}
+		done += n
+	}
+	r.n -= done
+	return done, nil
+}
+
+// isReset reports an error that means the host peer reset the connection.
+func isReset(err error) bool {
+	return errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE)
+}
