@@ -86,7 +86,7 @@ func New(c *Config) (*Sandbox, error) {
 		}
 	}()
 	if rootless() {
-		if s.ns, s.ep, err = startHelper(&cfg); err != nil {
+		if s.ns, s.ep, err = startHelper(&cfg, func(w string) { s.warnings = append(s.warnings, "sandbox: "+w) }); err != nil {
 			return nil, err
 		}
 	} else {

@@ -79,8 +79,9 @@ func rootless() bool { return os.Geteuid() != 0 }
 // startHelper starts the helper in new user, network and mount namespaces
 // (cfg.NetNS == "") or in cfg.NetNS and the user namespace that owns it,
 // lets it create and configure the TUN device, and adopts the device's
-// descriptor.
-func startHelper(cfg *Config) (*namespace, *tun.Endpoint, error) {
+// descriptor. warn takes what the sandbox does otherwise than asked (for
+// Warnings).
+func startHelper(cfg *Config, warn func(string)) (*namespace, *tun.Endpoint, error) {
 	if cfg.Queues > 1 {
 		return nil, nil, fmt.Errorf("sandbox: %d TUN queues: without root the device is created in a helper and passed over as one descriptor: use 1 queue, or run as root", cfg.Queues)
 	}
@@ -111,7 +112,7 @@ func startHelper(cfg *Config) (*namespace, *tun.Endpoint, error) {
 		h.cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET | syscall.CLONE_NEWNS}
 		mode, note := usernsMap(cfg.UsernsMap)
 		if note != "" {
-			fmt.Fprintf(os.Stderr, "ustack sandbox: %s\n", note)
+			warn(note)
 		}
 		if mode == UsernsMapAuto {
 			spec.AwaitMap = true
