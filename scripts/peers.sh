@@ -19,13 +19,15 @@
 # namespace. /dev/net/tun is made mode 0666 for the run, as distributions
 # ship it, and restored on exit. ustack-noseccomp is ustack with
 # -seccomp=false (confinement off), to measure what confinement costs.
+# The peer base is a second ustack binary, BASE (an older build), for a
+# before/after in one run.
 #   PEERS="slirp4netns slirp4netns:u pasta pasta:u ustack ustack:u" peers.sh
 #
 # Env: DUR [5] seconds per direction, REPS [3], PORT [5301], MTU [65520],
 #      USTACK [built here], USTACK_FLAGS [""] extra `ustack tun` flags,
 #      PEERS ["slirp4netns pasta ustack"], RUNAS [ustack-test] the user of
 #      the :u peers (useradd -M -s /bin/sh ustack-test), KEEP=1 keeps the
-#      work directory.
+#      work directory, BASE the binary of the peer base.
 set -u
 export LC_ALL=C
 DUR=${DUR:-5} REPS=${REPS:-3} PORT=${PORT:-5301} MTU=${MTU:-65520}
@@ -58,6 +60,9 @@ iperf3 -s -p "$PORT" --bind 127.0.0.1 >"$WORK/server.log" 2>&1 &
 PIDS+=($!)
 # slirp4netns serves a namespace that exists before it starts; it maps
 # 10.0.2.2 to the host's loopback.
+case " $PEERS " in *" base "*)
+    [ -x "${BASE:-}" ] || { echo "peers.sh: peer base needs BASE, a ustack binary" >&2; exit 1; } ;;
+esac
 case " $PEERS " in *" slirp4netns "*)
     ip netns add "$NS" || exit 1
     slirp4netns --configure --mtu="$MTU" --netns-type=path "/var/run/netns/$NS" tap0 >"$WORK/slirp.log" 2>&1 &
@@ -99,6 +104,7 @@ client() {
         pasta) echo pasta --runas 0 --config-net -q -f -- iperf3 -c "$GW" ;;
         pasta:u) echo "$as" pasta --config-net -q -f -- iperf3 -c "$GW" ;;
         ustack|ustack:u) echo "$as" "$USTACK" tun -allow-host-loopback -mtu "$MTU" $USTACK_FLAGS -- iperf3 -c 198.18.0.1 ;;
+        base) echo "$BASE" tun -allow-host-loopback -mtu "$MTU" $USTACK_FLAGS -- iperf3 -c 198.18.0.1 ;;
         ustack-noseccomp|ustack-noseccomp:u) echo "$as" "$USTACK" tun -seccomp=false -allow-host-loopback -mtu "$MTU" $USTACK_FLAGS -- iperf3 -c 198.18.0.1 ;;
         *) echo "peers.sh: unknown peer $1" >&2; echo false ;;
     esac

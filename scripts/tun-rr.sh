@@ -17,12 +17,14 @@
 # namespace. /dev/net/tun is made mode 0666 for the run, as distributions
 # ship it, and restored on exit. ustack-noseccomp is ustack with
 # -seccomp=false (confinement off), to measure what confinement costs.
+# The peer base is a second ustack binary, BASE (an older build), for a
+# before/after in one run.
 #   PEERS="kernel slirp4netns slirp4netns:u pasta pasta:u ustack ustack:u" tun-rr.sh
 #
 # Env: DUR [5] seconds per run, REPS [3], PORT [5401], MSG [64] bytes,
 #      USTACK [built here], PEERS ["kernel slirp4netns pasta ustack"],
 #      RUNAS [ustack-test] the user of the :u peers (useradd -M -s /bin/sh
-#      ustack-test)
+#      ustack-test), BASE the binary of the peer base
 set -u
 export LC_ALL=C
 DUR=${DUR:-5} REPS=${REPS:-3} PORT=${PORT:-5401} MSG=${MSG:-64}
@@ -52,6 +54,9 @@ if [ -z "${USTACK:-}" ]; then
 fi
 sockperf server --tcp -i 127.0.0.1 -p "$PORT" >"$WORK/server.log" 2>&1 &
 PIDS+=($!)
+case " $PEERS " in *" base "*)
+    [ -x "${BASE:-}" ] || { echo "tun-rr.sh: peer base needs BASE, a ustack binary" >&2; exit 1; } ;;
+esac
 case " $PEERS " in *" slirp4netns "*)
     ip netns add "$NS" || exit 1
     slirp4netns --configure --mtu=65520 --netns-type=path "/var/run/netns/$NS" tap0 >"$WORK/slirp.log" 2>&1 &
@@ -92,6 +97,7 @@ run_peer() {   # run_peer NAME -> prints "avg p50 p99" in usec
         pasta) out=$(pasta --runas 0 --config-net -q -f -- $(client "$GW") 2>&1) ;;
         pasta:u) out=$($AS pasta --config-net -q -f -- $(client "$GW") 2>&1) ;;
         ustack) out=$("$USTACK" tun -allow-host-loopback -- $(client 198.18.0.1) 2>&1) ;;
+        base) out=$("$BASE" tun -allow-host-loopback -- $(client 198.18.0.1) 2>&1) ;;
         ustack:u) out=$($AS "$USTACK" tun -allow-host-loopback -- $(client 198.18.0.1) 2>&1) ;;
         ustack-noseccomp) out=$("$USTACK" tun -seccomp=false -allow-host-loopback -- $(client 198.18.0.1) 2>&1) ;;
         ustack-noseccomp:u) out=$($AS "$USTACK" tun -seccomp=false -allow-host-loopback -- $(client 198.18.0.1) 2>&1) ;;
