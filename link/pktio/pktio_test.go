@@ -118,8 +118,12 @@ func TestTransfer(t *testing.T) {
 // refusals are counted, the sender blocks rather than loses anything, and
 // once reading resumes every byte arrives.
 func TestBackpressure(t *testing.T) {
-	const size = 8 << 20
-	opts := &pktio.Options{QueueLen: 32, NoGSO: true}
+	// The queue is shorter than what TCP puts in flight at once (an initial
+	// window of 10 segments each way, and the ACKs): it fills at once, not
+	// only after retransmission timeouts add one packet at a time (a queue
+	// of 32 filled only after 6-25 s of RTO back-off, or never in 30 s).
+	const size, queue = 8 << 20, 8
+	opts := &pktio.Options{QueueLen: queue, NoGSO: true}
 	a := newHost(t, addrA, opts)
 	b := newHost(t, addrB, opts)
 	var w wire
@@ -141,14 +145,14 @@ func TestBackpressure(t *testing.T) {
 		done <- err
 	}()
 	deadline := time.Now().Add(30 * time.Second)
-	for a.ep.Backlog() < 32 && time.Now().Before(deadline) {
+	for a.ep.Backlog() < queue && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	// Let the refusals accumulate: TCP keeps the qdisc trying.
 	for a.ep.LinkStats().TXFull == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	require.Equal(t, 32, a.ep.Backlog(), "the queue towards the consumer never filled")
+	require.Equal(t, queue, a.ep.Backlog(), "the queue towards the consumer never filled")
 	require.NotZero(t, a.ep.LinkStats().TXFull)
 	close(resume)
 	require.NoError(t, <-done)
