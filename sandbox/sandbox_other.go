@@ -30,4 +30,6 @@ func (s *Sandbox) Confine() error { return ErrNotSupported }
 
 func rootless() bool { return false }
 
-func startHelper(*Config, func(string)) (*namespace, *tun.Endpoint, error) { return nil, nil, ErrNotSupported }
+func startHelper(*Config, func(string)) (*namespace, *tun.Endpoint, error) {
+	return nil, nil, ErrNotSupported
+}
