@@ -101,18 +101,20 @@ func Splice(c, other net.Conn) error {
 }
 
 // SpliceAsync is Splice for callers that relay many long-lived flows,
-// such as the port forwards of a sandbox: it relays between c, a conn
-// from TCPRequest.Accept or Forwarder.DialTCP, and other as Splice does,
-// but it returns without waiting for the relay to end, and the relay
-// belongs to c's Forwarder from then on (Close aborts it with resets to
-// both sides, Shutdown waits for it). With other a host socket
-// (*net.TCPConn) an idle flow holds no goroutine: SpliceAsync copies what
-// other has ready in the calling goroutine, for up to one linger of the
-// relay (tens of milliseconds), then leaves the flow parked; otherwise it
-// copies in two goroutines of the Forwarder's. done is closed once the
-// relay has ended and closed both conns. SpliceAsync takes both conns
-// over whatever it returns: an error means they were reset at once (c is
-// not a conn of a Forwarder's, or the Forwarder is closed).
+// such as a sandbox's port forwards, and must not hold a goroutine per
+// flow: it relays between c, a conn from TCPRequest.Accept or
+// Forwarder.DialTCP, and other as Splice does, but the relay belongs to
+// c's Forwarder from then on, not to the caller: Close aborts it (with
+// resets where the conns can carry them), Shutdown waits for it, and
+// done is closed once it has ended and closed both conns. With other a
+// host socket (*net.TCPConn) an idle flow holds no goroutine: the calling
+// goroutine carries what other sends to c until other has been silent
+// for the relay's linger (tens of milliseconds) or the flow ends, as
+// Relay's handler does, and SpliceAsync returns then; other conns are
+// copied in two goroutines of the Forwarder's, and SpliceAsync returns at
+// once. SpliceAsync takes both conns over whatever it returns: an error
+// means they were reset at once (c is not a conn of a Forwarder's, or the
+// Forwarder is closed).
 func SpliceAsync(c, other net.Conn) (done <-chan struct{}, err error) {
 	fc, ok := c.(*conn)
 	if !ok {

@@ -26,7 +26,7 @@ type forwardEnv struct {
 	inside *stack.Stack
 }
 
-func newForwardEnv(t *testing.T) *forwardEnv {
+func newForwardEnv(t testing.TB) *forwardEnv {
 	t.Helper()
 	cfg, err := Config{NoIPv6: true}.normalize()
 	require.NoError(t, err)
@@ -192,4 +192,39 @@ func TestForwardIdleFlowsHoldNoGoroutine(t *testing.T) {
 	for range accepted {
 	}
 	settle(t, base-2, "after Close") // the accept loops ended too
+}
+
+// BenchmarkForwardPingPong is a request/response exchange of 64 bytes
+// from a host client through a port forward to an echo server in the
+// sandbox: the forward's share of a request/response service.
+func BenchmarkForwardPingPong(b *testing.B) {
+	e := newForwardEnv(b)
+	ln, err := e.inside.ListenTCP(netip.AddrPortFrom(e.s.cfg.Addr4.Addr(), 7000))
+	require.NoError(b, err)
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.Copy(c, c)
+	}()
+	require.NoError(b, e.s.startForward(Forward{Host: netip.MustParseAddrPort("127.0.0.1:0"), Port: 7000}))
+	c, err := net.Dial("tcp", e.s.ForwardAddrs()[0].String())
+	require.NoError(b, err)
+	defer c.Close()
+	msg := make([]byte, 64)
+	b.ReportAllocs()
+	b.SetBytes(int64(2 * len(msg)))
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := c.Write(msg); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1000, "us/rtt")
 }
