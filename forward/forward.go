@@ -167,20 +167,6 @@ func (f *Forwarder) begin() bool {
 	return true
 }
 
-// own registers a goroutine of ours that carries a flow already open,
-// or reports that Close has begun (it is past its last chance to abort
-// the flow): unlike begin, it still succeeds while Shutdown lets flows
-// finish.
-func (f *Forwarder) own() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.state == closed {
-		return false
-	}
-	f.wg.Add(1)
-	return true
-}
-
 // atClose registers fn to run in Close, before it waits for the
 // goroutines (a handler's sockets whose loops must end). If the Forwarder
 // is already closing, fn runs now.

@@ -140,6 +140,20 @@ func SpliceAsync(c, other net.Conn) (done <-chan struct{}, err error) {
 	return ch, nil
 }
 
+// own registers a goroutine of the Forwarder's that carries a flow
+// already open (SpliceAsync's copy), or reports that Close has begun and
+// is past its last chance to abort the flow: unlike begin, it still
+// succeeds while Shutdown lets flows finish.
+func (f *Forwarder) own() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state == closed {
+		return false
+	}
+	f.wg.Add(1)
+	return true
+}
+
 // parkSplice relays between c and other with hostSplice, if they are a
 // stack conn and a host socket and the host socket can be polled: the
 // relay Relay, Splice and SpliceAsync share, so that every flow of that
