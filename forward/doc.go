@@ -23,5 +23,9 @@
 // queue and the host's in one epoll instance per Forwarder, and a
 // goroutine runs only while data moves (and briefly after, for the next
 // exchange). Other conns (a proxy's) are copied generically, in two
-// goroutines per flow.
+// goroutines per flow. Splice relays a conn of the Forwarder's the same
+// way for a handler of its own, blocking until the flow ends;
+// SpliceAsync leaves the flow to the Forwarder instead, so that flows the
+// caller opened (Forwarder.DialTCP, as a port forward does) hold no
+// goroutine while idle either.
 package forward

@@ -3,6 +3,7 @@ package forward
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -78,32 +79,95 @@ func (r *relay) HandleTCP(req *TCPRequest) {
 	// A host socket is relayed by runners started only while data is
 	// ready (hostSplice), so this goroutine ends here and an idle flow
 	// holds none; other conns are copied in it.
-	if fc, ok := c.(*conn); ok {
-		if h, ok := up.(*net.TCPConn); ok {
-			if _, started := hostSplice(fc, h, false); started {
-				return
-			}
-		}
+	if _, parked := parkSplice(c, up, false); !parked {
+		copySplice(c, up)
 	}
-	copySplice(c, up)
 }
 
 // Splice relays between c, a conn from TCPRequest.Accept or
 // Forwarder.DialTCP, and other until both directions have ended, passing
-// half-closes and resets across, then closes both. With other a host
-// socket (*net.TCPConn) it copies without a buffer of its own (see the
-// package doc), in goroutines started only while data is ready, and
-// waits; otherwise it copies through one, in this goroutine and one more.
+// half-closes and resets across, then closes both; it blocks until then.
+// With other a host socket (*net.TCPConn) it copies without a buffer of
+// its own (see the package doc), in goroutines started only while data
+// is ready, and waits; otherwise it copies through one, in this
+// goroutine and one more. A caller that must not hold a goroutine per
+// flow uses SpliceAsync.
 func Splice(c, other net.Conn) error {
-	if fc, ok := c.(*conn); ok {
-		if h, ok := other.(*net.TCPConn); ok {
-			if finished, started := hostSplice(fc, h, true); started {
-				<-finished
-				return nil
-			}
-		}
+	if finished, parked := parkSplice(c, other, true); parked {
+		<-finished
+		return nil
 	}
 	return copySplice(c, other)
+}
+
+// SpliceAsync is Splice for callers that relay many long-lived flows,
+// such as a sandbox's port forwards, and must not hold a goroutine per
+// flow: it relays between c, a conn from TCPRequest.Accept or
+// Forwarder.DialTCP, and other as Splice does, but the relay belongs to
+// c's Forwarder from then on, not to the caller: Close aborts it (with
+// resets where the conns can carry them), Shutdown waits for it, and
+// done is closed once it has ended and closed both conns. With other a
+// host socket (*net.TCPConn) an idle flow holds no goroutine: the calling
+// goroutine carries what other sends to c until other has been silent
+// for the relay's linger (tens of milliseconds) or the flow ends, as
+// Relay's handler does, and SpliceAsync returns then; other conns are
+// copied in two goroutines of the Forwarder's, and SpliceAsync returns at
+// once. SpliceAsync takes both conns over whatever it returns: an error
+// means they were reset at once (c is not a conn of a Forwarder's, or the
+// Forwarder is closed).
+func SpliceAsync(c, other net.Conn) (done <-chan struct{}, err error) {
+	fc, ok := c.(*conn)
+	if !ok {
+		resetConn(c)
+		resetConn(other)
+		return nil, fmt.Errorf("forward: SpliceAsync: %T is not a conn of a Forwarder's: pass one from TCPRequest.Accept or Forwarder.DialTCP, or use Splice", c)
+	}
+	if finished, parked := parkSplice(c, other, true); parked {
+		return finished, nil
+	}
+	f := fc.fl.f
+	if !f.own() {
+		resetConn(c)
+		resetConn(other)
+		return nil, errors.New("forward: SpliceAsync: the Forwarder is closed")
+	}
+	ch := make(chan struct{})
+	go func() {
+		defer f.wg.Done()
+		defer close(ch)
+		copySplice(c, other)
+	}()
+	return ch, nil
+}
+
+// own registers a goroutine of the Forwarder's that carries a flow
+// already open (SpliceAsync's copy), or reports that Close has begun and
+// is past its last chance to abort the flow: unlike begin, it still
+// succeeds while Shutdown lets flows finish.
+func (f *Forwarder) own() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state == closed {
+		return false
+	}
+	f.wg.Add(1)
+	return true
+}
+
+// parkSplice relays between c and other with hostSplice, if they are a
+// stack conn and a host socket and the host socket can be polled: the
+// relay Relay, Splice and SpliceAsync share, so that every flow of that
+// shape parks when idle. false means nothing was done (copy instead).
+func parkSplice(c, other net.Conn, wait bool) (<-chan struct{}, bool) {
+	fc, ok := c.(*conn)
+	if !ok {
+		return nil, false
+	}
+	h, ok := other.(*net.TCPConn)
+	if !ok {
+		return nil, false
+	}
+	return hostSplice(fc, h, wait)
 }
 
 // copySplice relays through io.Copy in each direction: this goroutine

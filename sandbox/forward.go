@@ -189,7 +189,10 @@ func acceptEach[C io.Closer](s *Sandbox, accept func() (C, error), serve func(C)
 }
 
 // forwardTCP connects into the sandbox for one host connection and
-// relays it (a flow of the Forwarder's, within its limits).
+// starts relaying it (a flow of the Forwarder's, within its limits). The
+// relay belongs to the Forwarder from then on, which Close closes: this
+// goroutine returns once the connection goes idle, and an idle forwarded
+// connection holds no goroutine (forward.SpliceAsync).
 func (s *Sandbox) forwardTCP(f Forward, c *net.TCPConn) {
 	client := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 	dst := netip.AddrPortFrom(s.sandboxAddr(f, client), f.Port)
@@ -203,7 +206,8 @@ func (s *Sandbox) forwardTCP(f Forward, c *net.TCPConn) {
 		return
 	}
 	s.c.fwdConns.Add(1)
-	forward.Splice(sc, c)
+	// An error means the Forwarder closed meanwhile; it reset both.
+	forward.SpliceAsync(sc, c)
 }
 
 // udpForward maps each host client of a UDP forward to a gVisor socket
