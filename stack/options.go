@@ -129,6 +129,11 @@ type TCPOptions struct {
 	// sub-millisecond round trips a lower floor (Linux's per-route rto_min)
 	// shortens the stall after a lost retransmission.
 	MinRTO time.Duration
+	// MaxRTO is the ceiling the retransmission timeout backs off to.
+	// Default (and zero) 120 s, Linux's TCP_RTO_MAX and gVisor's; on a
+	// lossy link where several losses in a row are likely, a lower ceiling
+	// bounds the stall after them. At least MinRTO.
+	MaxRTO time.Duration
 	// SendBuffer and ReceiveBuffer bound the per-connection buffers in
 	// bytes. Default 4 KiB / 1 MiB / 8 MiB for both: gVisor caps them at
 	// 4 MiB, which limits one connection to 4 MiB per round trip (3.2
@@ -153,6 +158,7 @@ func DefaultTCPOptions() TCPOptions {
 		RACK:                  true,
 		ModerateReceiveBuffer: true,
 		MinRTO:                200 * time.Millisecond,
+		MaxRTO:                tcp.MaxRTO,
 		SendBuffer:            BufferRange{Min: tcp.MinBufferSize, Default: 1 << 20, Max: 8 << 20},
 		ReceiveBuffer:         BufferRange{Min: tcp.MinBufferSize, Default: 1 << 20, Max: 8 << 20},
 	}
@@ -173,6 +179,13 @@ func (o *TCPOptions) apply(set func(tcpip.SettableTransportProtocolOption) tcpip
 	if o.MinRTO <= 0 {
 		return fmt.Errorf("TCP minimum RTO %v: must be positive", o.MinRTO)
 	}
+	maxRTO := tcpip.TCPMaxRTOOption(o.MaxRTO)
+	if o.MaxRTO == 0 {
+		maxRTO = tcpip.TCPMaxRTOOption(tcp.MaxRTO)
+	}
+	if time.Duration(maxRTO) < o.MinRTO {
+		return fmt.Errorf("TCP maximum RTO %v: must be at least the minimum RTO, %v", time.Duration(maxRTO), o.MinRTO)
+	}
 	if err := o.SendBuffer.check("send"); err != nil {
 		return err
 	}
@@ -190,7 +203,7 @@ func (o *TCPOptions) apply(set func(tcpip.SettableTransportProtocolOption) tcpip
 	snd := tcpip.TCPSendBufferSizeRangeOption{Min: o.SendBuffer.Min, Default: o.SendBuffer.Default, Max: o.SendBuffer.Max}
 	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: o.ReceiveBuffer.Min, Default: o.ReceiveBuffer.Default, Max: o.ReceiveBuffer.Max}
 	minRTO := tcpip.TCPMinRTOOption(o.MinRTO)
-	for _, opt := range []tcpip.SettableTransportProtocolOption{&sack, &cc, &recovery, &moderate, &delay, &minRTO, &snd, &rcv} {
+	for _, opt := range []tcpip.SettableTransportProtocolOption{&sack, &cc, &recovery, &moderate, &delay, &minRTO, &maxRTO, &snd, &rcv} {
 		if err := set(opt); err != nil {
 			return fmt.Errorf("set TCP option %T: %s", opt, err)
 		}

@@ -84,11 +84,13 @@ func TestPingUnreachableTimesOut(t *testing.T) {
 }
 
 // fastRTO lowers the RTO floor for tests over lossy links, where at 5% loss
-// a transfer otherwise spends most of its time in 200 ms timeouts. It
-// changes how soon TCP retransmits, not what it delivers.
+// a transfer otherwise spends most of its time in 200 ms timeouts, and its
+// ceiling, so that a run of losses on a loaded machine does not back off
+// for minutes. It changes how soon TCP retransmits, not what it delivers.
 func fastRTO() *stack.Options {
 	o := stack.DefaultTCPOptions()
 	o.MinRTO = 10 * time.Millisecond
+	o.MaxRTO = time.Second
 	return &stack.Options{TCP: &o}
 }
 
@@ -252,6 +254,10 @@ func TestBadArguments(t *testing.T) {
 
 	_, err = stack.New(&stack.Options{TCP: &stack.TCPOptions{CongestionControl: "bbr"}})
 	require.ErrorContains(t, err, "cubic")
+	low := stack.DefaultTCPOptions()
+	low.MaxRTO = low.MinRTO / 2
+	_, err = stack.New(&stack.Options{TCP: &low})
+	require.ErrorContains(t, err, "maximum RTO")
 }
 
 func TestClosedStack(t *testing.T) {
