@@ -96,18 +96,7 @@ func TestRelayIdleFlowsHoldNoGoroutine(t *testing.T) {
 		if i%2 == 0 {
 			first, second = second, first
 		}
-		msg := []byte{'a', byte(i)}
-		_, err := first.Write(msg)
-		require.NoError(t, err)
-		got := make([]byte, len(msg))
-		_, err = io.ReadFull(second, got)
-		require.NoError(t, err)
-		require.Equal(t, msg, got)
-		_, err = second.Write(got)
-		require.NoError(t, err)
-		_, err = io.ReadFull(first, got)
-		require.NoError(t, err)
-		require.Equal(t, msg, got)
+		require.NoError(t, xfer.RoundTrip(first, second, []byte{'a', byte(i)}))
 	}
 	pf.parked(t)
 

@@ -128,18 +128,7 @@ func TestForwardIdleFlowsHoldNoGoroutine(t *testing.T) {
 		if i%2 == 1 {
 			first, second = second, first
 		}
-		msg := []byte{'m', byte(i)}
-		_, err := first.Write(msg)
-		require.NoError(t, err)
-		got := make([]byte, len(msg))
-		_, err = io.ReadFull(second, got)
-		require.NoError(t, err)
-		require.Equal(t, msg, got)
-		_, err = second.Write(got)
-		require.NoError(t, err)
-		_, err = io.ReadFull(first, got)
-		require.NoError(t, err)
-		require.Equal(t, msg, got)
+		require.NoError(t, xfer.RoundTrip(first, second, []byte{'m', byte(i)}))
 	}
 	settle(t, base+1, "port-forwarded flows idle again")
 

@@ -134,3 +134,26 @@ func EchoPackets(pc net.PacketConn) error {
 		}
 	}
 }
+
+// RoundTrip writes msg to first, reads it whole from second, writes it
+// back and reads it whole from first again: one request and its echo
+// over a pair of connected streams, the way a parked relay is woken from
+// either side in tests. It fails naming the leg that went wrong.
+func RoundTrip(first, second io.ReadWriter, msg []byte) error {
+	got := make([]byte, len(msg))
+	for _, leg := range []struct {
+		name     string
+		from, to io.ReadWriter
+	}{{"there", first, second}, {"back", second, first}} {
+		if _, err := leg.from.Write(msg); err != nil {
+			return fmt.Errorf("round trip %s: write: %w", leg.name, err)
+		}
+		if _, err := io.ReadFull(leg.to, got); err != nil {
+			return fmt.Errorf("round trip %s: read: %w", leg.name, err)
+		}
+		if string(got) != string(msg) {
+			return fmt.Errorf("round trip %s: read %q, wrote %q", leg.name, got, msg)
+		}
+	}
+	return nil
+}
