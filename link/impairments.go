@@ -59,8 +59,17 @@ func (im Impairments) Validate() error {
 func (im Impairments) String() string {
 	var parts []string
 	pct := func(name string, v float64) {
-		if v > 0 {
-			parts = append(parts, name+"="+strconv.FormatFloat(v*100, 'g', -1, 64)+"%")
+		if v <= 0 {
+			return
+		}
+		// A percentage where it reads back as exactly v, else the
+		// fraction (v*100 can round: 0.95 must not come back as
+		// 0.9500000000000001).
+		p := strconv.FormatFloat(v*100, 'g', -1, 64)
+		if f, err := strconv.ParseFloat(p, 64); err == nil && f/100 == v {
+			parts = append(parts, name+"="+p+"%")
+		} else {
+			parts = append(parts, name+"="+strconv.FormatFloat(v, 'g', -1, 64))
 		}
 	}
 	pct("loss", im.Loss)
@@ -127,15 +136,19 @@ func ParseImpairments(s string) (Impairments, error) {
 }
 
 func parseFraction(v string) (float64, error) {
-	scale := 1.0
+	percent := false
 	if t, ok := strings.CutSuffix(v, "%"); ok {
-		v, scale = t, 0.01
+		v, percent = t, true
 	}
 	f, err := strconv.ParseFloat(v, 64)
 	if err != nil {
 		return 0, fmt.Errorf("%q is not a percentage or fraction", v)
 	}
-	f *= scale
+	if percent {
+		// Divided, not multiplied by 0.01 (itself inexact): 95% is then
+		// the float64 nearest 0.95, as ".95" is.
+		f /= 100
+	}
 	if !(f >= 0 && f <= 1) {
 		return 0, fmt.Errorf("%q: must be from 0%% to 100%%", v)
 	}
