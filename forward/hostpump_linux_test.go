@@ -244,17 +244,5 @@ func BenchmarkRelayPingPong(b *testing.B) {
 	c, err := e.A.DialTCP(context.Background(), netip.AddrPortFrom(gateway, uint16(ln.Addr().(*net.TCPAddr).Port)))
 	require.NoError(b, err)
 	defer c.Close()
-	msg := make([]byte, 64)
-	b.ReportAllocs()
-	b.SetBytes(int64(2 * len(msg)))
-	b.ResetTimer()
-	for b.Loop() {
-		if _, err := c.Write(msg); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(c, msg); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1000, "us/rtt")
+	xfer.PingPong(b, c, 64)
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"testing"
 	"time"
 )
 
@@ -156,4 +157,23 @@ func RoundTrip(first, second io.ReadWriter, msg []byte) error {
 		}
 	}
 	return nil
+}
+
+// PingPong is the body of a request/response benchmark: b.Loop writes
+// size bytes to c and reads as many back (c's peer echoes), reporting
+// allocations, bytes both ways and microseconds per round trip (us/rtt).
+func PingPong(b *testing.B, c net.Conn, size int) {
+	msg := make([]byte, size)
+	b.ReportAllocs()
+	b.SetBytes(int64(2 * len(msg)))
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := c.Write(msg); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1000, "us/rtt")
 }
