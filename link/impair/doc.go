@@ -19,8 +19,8 @@
 // and counts it in CorruptDropped.
 //
 // The wrapper is transparent: the optional interfaces of the wrapped
-// endpoint (busy-poll source, writability signal, link and cache counters,
-// GSO, Err) are passed through, so wrapping a link never switches a
+// endpoint (busy-poll source, writability signal, receive rounds, link and
+// cache counters, GSO, Err) are passed through, so wrapping a link never switches a
 // feature off. Users: ustack bench -impair (mem and device links), ustack
 // serve -impair, stack/stacktest.Impaired, and the fault tests.
 package impair

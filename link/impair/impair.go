@@ -127,6 +127,7 @@ type Endpoint struct {
 	// lower's optional interfaces, found once in Wrap.
 	source   poll.Source
 	notifier sched.WritableNotifier
+	rounds   sched.RoundNotifier
 	caches   cacheReporter
 	errs     errReporter
 	reporter link.Reporter
@@ -197,6 +198,7 @@ func Wrap(lower stack.LinkEndpoint, o *Options) (*Endpoint, error) {
 	}
 	e.source, _ = lower.(poll.Source)
 	e.notifier, _ = lower.(sched.WritableNotifier)
+	e.rounds, _ = lower.(sched.RoundNotifier)
 	e.caches, _ = lower.(cacheReporter)
 	e.errs, _ = lower.(errReporter)
 	e.reporter, _ = lower.(link.Reporter)
@@ -294,6 +296,18 @@ func (e *Endpoint) NotifyWritable(f func()) {
 	e.writableMu.Lock()
 	e.writable = f
 	e.writableMu.Unlock()
+}
+
+// NotifyRounds implements sched.RoundNotifier by handing the hooks to the
+// wrapped endpoint, whose receive rounds deliver through the wrapper: what
+// their delivery writes still leaves in one flush at the round's end.
+// Packets the wrapper delays arrive later from its delay line, outside any
+// round, and their replies leave as ordinary writes. Over an endpoint
+// without rounds the hooks are never called, as for any such link.
+func (e *Endpoint) NotifyRounds(begin, end func()) {
+	if e.rounds != nil {
+		e.rounds.NotifyRounds(begin, end)
+	}
 }
 
 // refused arms the writability timer after a refused write when the

@@ -457,6 +457,14 @@ func TestOptionalInterfacesPassThrough(t *testing.T) {
 	require.True(t, lower.Writable(), "the callback reached the wrapped endpoint")
 	require.True(t, signalled)
 
+	rn, ok := ep.(sched.RoundNotifier)
+	require.True(t, ok, "sched.RoundNotifier (a qdisc flushes once per receive round)")
+	var begins, ends int
+	rn.NotifyRounds(func() { begins++ }, func() { ends++ })
+	require.Equal(t, 1, lower.Calls("NotifyRounds"))
+	require.True(t, lower.Round(func() {}), "the hooks reached the wrapped endpoint")
+	require.Equal(t, []int{1, 1}, []int{begins, ends})
+
 	r, ok := ep.(link.Reporter)
 	require.True(t, ok, "link.Reporter (stack.Stats reads it)")
 	require.EqualValues(t, 7, r.LinkStats().TXSyscalls)

@@ -21,12 +21,16 @@ var (
 	_ poll.Source              = (*Featured)(nil)
 	_ writableNotifier         = (*Featured)(nil)
 	_ writableNotifier         = NotifyingWriter{}
+	_ roundNotifier            = (*Featured)(nil)
 	_ interface{ Err() error } = (*Featured)(nil)
 )
 
 // writableNotifier is sched.WritableNotifier, which this package cannot
 // import: sched's own tests import it.
 type writableNotifier interface{ NotifyWritable(f func()) }
+
+// roundNotifier is sched.RoundNotifier, for the same reason.
+type roundNotifier interface{ NotifyRounds(begin, end func()) }
 
 // DefaultMTU is an Endpoint's MTU until SetMTU: Ethernet's.
 const DefaultMTU = 1500
@@ -156,8 +160,8 @@ func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 
 // Featured is an Endpoint with every optional interface ustack or gVisor
 // finds on a link endpoint by type assertion: poll.Source,
-// sched.WritableNotifier, link.Reporter, stack.GSOEndpoint, CacheStats and
-// Err. Each returns the value in the matching field and counts its calls
+// sched.WritableNotifier, sched.RoundNotifier, link.Reporter,
+// stack.GSOEndpoint, CacheStats and Err. Each returns the value in the matching field and counts its calls
 // (Calls), so a test can check that a wrapper passes each one through.
 // Set the fields before use; it is then safe for concurrent use.
 type Featured struct {
@@ -171,9 +175,10 @@ type Featured struct {
 	Error     error
 	PollRound int
 
-	callsMu  sync.Mutex
-	calls    map[string]int
-	writable func()
+	callsMu    sync.Mutex
+	calls      map[string]int
+	writable   func()
+	begin, end func() // NotifyRounds's hooks
 }
 
 // NewFeatured returns a Featured endpoint writing to w (a new Writer if
@@ -205,6 +210,31 @@ func (f *Featured) Writable() bool {
 		w()
 	}
 	return w != nil
+}
+
+// Round runs one receive round as a link that delivers in rounds would:
+// the hooks NotifyRounds registered, if any, around deliver. It reports
+// whether there were hooks.
+func (f *Featured) Round(deliver func()) bool {
+	f.callsMu.Lock()
+	begin, end := f.begin, f.end
+	f.callsMu.Unlock()
+	if begin != nil {
+		begin()
+	}
+	deliver()
+	if end != nil {
+		end()
+	}
+	return begin != nil
+}
+
+// NotifyRounds implements sched.RoundNotifier: Round calls begin and end.
+func (f *Featured) NotifyRounds(begin, end func()) {
+	f.called("NotifyRounds")
+	f.callsMu.Lock()
+	f.begin, f.end = begin, end
+	f.callsMu.Unlock()
 }
 
 // BusyPollBegin implements poll.Source.
