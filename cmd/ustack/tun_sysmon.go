@@ -64,5 +64,24 @@ func execWithSysmonTick() error {
 		}
 	}
 	env = append(env, "GODEBUG="+tick, sysmonTickEnv+"="+orig)
-	return syscall.Exec("/proc/self/exe", os.Args, env)
+	return syscall.Exec(selfPath(), os.Args, env)
+}
+
+// selfPath is the file this program runs from: its path, so that the
+// process keeps its name (ps, top), if that still names the same file,
+// or else /proc/self/exe (the process would be called "exe").
+func selfPath() string {
+	const proc = "/proc/self/exe"
+	self, err := os.Executable()
+	if err != nil {
+		return proc
+	}
+	a, err := os.Stat(self)
+	if err != nil {
+		return proc
+	}
+	if b, err := os.Stat(proc); err != nil || !os.SameFile(a, b) {
+		return proc
+	}
+	return self
 }
