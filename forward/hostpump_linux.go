@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"os"
@@ -365,28 +366,31 @@ func (p *hostPump) downLoop() {
 // pumpDown copies from the host to the peer while there is data, lingering
 // hostLinger for more, then parks.
 func (p *hostPump) pumpDown() {
-	ep, wq := p.c.ep, p.c.wq
-	rd := hostReader{rc: p.rc}
-	// The wait for room in the endpoint's send buffer, registered the
-	// first time it is full.
-	var (
-		room      waiter.Entry
-		roomCh    chan struct{}
-		waitsRoom bool
-	)
+	d := downRunner{p: p, rd: hostReader{rc: p.rc}}
+	d.round = d.roundLocked // bound once: rc.Read then allocates nothing
+	lb := landingPool.Get().(*[downLanding]byte)
+	d.buf = lb[:]
 	defer func() {
-		if waitsRoom {
-			wq.EventUnregister(&room)
+		landingPool.Put(lb)
+		if d.waitsRoom {
+			p.c.wq.EventUnregister(&d.room)
 		}
 	}()
 	p.host.SetReadDeadline(time.Now().Add(hostLinger))
-	moved := false // since the deadline was set
 	for {
-		avail, eof, err := p.waitReadable()
+		// A new rc.Read resets the poller's readiness, so its first
+		// call reads (or probes) the socket.
+		d.wait, d.eof, d.herr = false, false, nil
+		err := p.rc.Read(d.round)
+		if err == nil {
+			err = d.herr
+		}
 		switch {
+		case d.over:
+			return
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			if moved {
-				moved = false
+			if d.moved {
+				d.moved = false
 				p.host.SetReadDeadline(time.Now().Add(hostLinger))
 				continue
 			}
@@ -413,81 +417,173 @@ func (p *hostPump) pumpDown() {
 			p.abort(false)
 			p.end(&p.down)
 			return
-		case eof:
-			ep.Shutdown(tcpip.ShutdownWrite)
+		case d.eof:
+			p.c.ep.Shutdown(tcpip.ShutdownWrite)
 			p.end(&p.down)
 			return
-		}
-		moved = true
-		for avail > 0 {
-			rd.n, rd.err = avail, nil
-			n, terr := ep.Write(&rd, tcpip.WriteOptions{})
-			avail -= int(n)
-			p.c.countDown(int(n))
-			switch terr.(type) {
-			case nil:
-				if rd.err != nil {
-					p.abort(isReset(rd.err))
-					p.end(&p.down)
-					return
-				}
-			case *tcpip.ErrWouldBlock:
-				if !waitsRoom {
-					// Register, then try again: room that came
-					// meanwhile sent no notification.
-					room, roomCh = waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
-					wq.EventRegister(&room)
-					waitsRoom = true
-					continue
-				}
-				select {
-				case <-roomCh:
-				case <-p.done:
-					p.end(&p.down)
-					return
-				}
-			default:
-				// Reset, or the peer closed for good (or we aborted):
-				// the host must not think its data arrived.
-				p.abort(true)
-				p.end(&p.down)
-				return
-			}
 		}
 	}
 }
 
-// waitReadable parks until the host socket has data, its peer's FIN or an
-// error, or the read deadline passes, and reports how many bytes can be
-// read at once.
-func (p *hostPump) waitReadable() (avail int, eof bool, err error) {
-	var herr error
-	werr := p.rc.Read(func(fd uintptr) bool {
-		// The readiness check happens inside the callback, after the
-		// poller was armed, so an arrival in between is never missed.
-		n, e := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
-		if e == nil && n > 0 {
-			avail = n
-			return true
+// downLanding is the size of a host-to-peer runner's landing buffer, which
+// a read that may find data lands in: a request/response message fits
+// (sockperf's 64 bytes, an HTTP request), so such an exchange costs one
+// read system call and a copy of a few bytes, where asking the socket
+// how much it holds first (SIOCINQ) costs a second call. A read that fills
+// it means a stream: its next reads go straight into gVisor's send buffer.
+const downLanding = 4096
+
+// landingPool holds the landing buffers of runners: an idle (parked) flow
+// holds none.
+var landingPool = sync.Pool{New: func() any { return new([downLanding]byte) }}
+
+// downRunner is the state of a host-to-peer runner, whose rounds run
+// inside the host socket's rc.Read (roundLocked): they read what the host
+// sent and write it into the endpoint, then wait on the runtime poller in
+// the same rc.Read.
+type downRunner struct {
+	p     *hostPump
+	round func(fd uintptr) bool
+	buf   []byte // the landing buffer
+	br    bytes.Reader
+	rd    hostReader
+
+	// The wait for room in the endpoint's send buffer, registered the
+	// first time it is full.
+	room      waiter.Entry
+	roomCh    chan struct{}
+	waitsRoom bool
+
+	// stream says that the last read filled buf: the next round asks
+	// the socket how much it holds and reads that into gVisor directly.
+	stream bool
+	// wait says that the socket was drained in this rc.Read, so the
+	// next call of the round waits for the poller without a system call:
+	// data (or a FIN or an error) that comes after a read emptied the
+	// socket readies the poller again, and only a new rc.Read forgets it.
+	wait  bool
+	moved bool // data since the read deadline was set
+	eof   bool // the host sent FIN
+	herr  error
+	over  bool // the direction ended inside the round
+}
+
+// roundLocked is the callback of the runner's rc.Read: it copies from the
+// host socket to the endpoint while data is there and returns false (wait
+// for readiness) once the socket is empty; true at the host's FIN, a
+// failure (herr), or when the direction ended (over).
+func (d *downRunner) roundLocked(fd uintptr) bool {
+	for {
+		if d.wait {
+			d.wait = false
+			return false
 		}
-		var b [1]byte
-		m, _, e := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		if d.stream {
+			n, e := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+			if e == nil && n > 0 {
+				d.moved = true
+				if !d.writeAnnounced(n) {
+					return true
+				}
+				// Everything the socket held when asked went
+				// in: what came since readied the poller.
+				d.wait = true
+				continue
+			}
+			d.stream = false
+		}
+		m, e := unix.Read(int(fd), d.buf)
 		switch {
-		case e == unix.EAGAIN || e == unix.EINTR:
+		case e == unix.EINTR:
+			continue
+		case e == unix.EAGAIN:
 			return false
 		case e != nil:
-			herr = e
+			d.herr = e
+			return true
 		case m == 0:
-			eof = true
-		default:
-			avail = 1
+			d.eof = true
+			return true
+		}
+		d.moved = true
+		if !d.writeBytes(d.buf[:m]) {
+			return true
+		}
+		// A short read emptied the socket; a full one may have left
+		// more.
+		d.wait, d.stream = m < len(d.buf), m == len(d.buf)
+	}
+}
+
+// writeBytes writes b, read from the host, into the endpoint, waiting for
+// room as needed; false means the direction ended.
+func (d *downRunner) writeBytes(b []byte) bool {
+	d.br.Reset(b)
+	for d.br.Len() > 0 {
+		n, terr := d.p.c.ep.Write(&d.br, tcpip.WriteOptions{})
+		d.p.c.countDown(int(n))
+		if !d.wrote(terr, nil) {
+			return false
+		}
+	}
+	return true
+}
+
+// writeAnnounced reads the n bytes the host socket holds straight into the
+// endpoint's send buffer, waiting for room as needed; false means the
+// direction ended.
+func (d *downRunner) writeAnnounced(avail int) bool {
+	for avail > 0 {
+		d.rd.n, d.rd.err = avail, nil
+		n, terr := d.p.c.ep.Write(&d.rd, tcpip.WriteOptions{})
+		avail -= int(n)
+		d.p.c.countDown(int(n))
+		if !d.wrote(terr, d.rd.err) {
+			return false
+		}
+	}
+	return true
+}
+
+// wrote handles the outcome of one write into the endpoint: terr, and
+// herr, the host socket's read failure during it; false means the
+// direction ended.
+func (d *downRunner) wrote(terr tcpip.Error, herr error) bool {
+	p := d.p
+	switch terr.(type) {
+	case nil:
+		if herr != nil {
+			p.abort(isReset(herr))
+			p.end(&p.down)
+			d.over = true
+			return false
 		}
 		return true
-	})
-	if werr != nil {
-		return 0, false, werr
+	case *tcpip.ErrWouldBlock:
+		if !d.waitsRoom {
+			// Register, then try again: room that came meanwhile
+			// sent no notification.
+			d.room, d.roomCh = waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
+			p.c.wq.EventRegister(&d.room)
+			d.waitsRoom = true
+			return true
+		}
+		select {
+		case <-d.roomCh:
+			return true
+		case <-p.done:
+			p.end(&p.down)
+			d.over = true
+			return false
+		}
+	default:
+		// Reset, or the peer closed for good (or we aborted): the host
+		// must not think its data arrived.
+		p.abort(true)
+		p.end(&p.down)
+		d.over = true
+		return false
 	}
-	return avail, eof, herr
 }
 
 // waitHost parks until the host socket is writable; false means the pump

@@ -224,6 +224,49 @@ func TestRelayFlowsWakeAndExchange(t *testing.T) {
 	require.Zero(t, st.TCPResets)
 }
 
+func TestRelayDownMessageSizes(t *testing.T) {
+	// Host-to-peer messages around the runner's landing buffer: one that
+	// fits (copied from it), one that fills it (the rest goes by
+	// SIOCINQ), larger ones; each must arrive whole and in order, with
+	// pauses so that the runner waits between them, then the host's FIN
+	// and, the other way, the peer's answer after it.
+	pf := openParked(t, 1)
+	p, h := pf.peers[0], pf.hosts[0]
+	sizes := []int{1, downLanding - 1, downLanding, downLanding + 1, 3 * downLanding, 200 << 10, 64}
+	total := 0
+	for i, n := range sizes {
+		msg := make([]byte, n)
+		for j := range msg {
+			msg[j] = byte(i*31 + j*7)
+		}
+		_, err := h.Write(msg)
+		require.NoError(t, err)
+		got := make([]byte, n)
+		_, err = io.ReadFull(p, got)
+		require.NoError(t, err, "message %d (%d bytes)", i, n)
+		require.Equal(t, msg, got, "message %d (%d bytes)", i, n)
+		total += n
+		if i%2 == 1 {
+			time.Sleep(hostLinger / 10)
+		}
+	}
+	require.NoError(t, h.(*net.TCPConn).CloseWrite())
+	n, err := p.Read(make([]byte, 1))
+	require.Equal(t, io.EOF, err, "read %d bytes after the host's FIN", n)
+	_, err = p.Write([]byte("after"))
+	require.NoError(t, err)
+	got := make([]byte, 5)
+	_, err = io.ReadFull(h, got)
+	require.NoError(t, err)
+	require.Equal(t, "after", string(got))
+	p.Close()
+	require.Eventually(t, func() bool { return pf.e.fw.Stats().TCPFlows == 0 }, 30*time.Second, time.Millisecond)
+	st := pf.e.fw.Stats()
+	require.Equal(t, uint64(1+total), st.TCPBytesDown)
+	require.Equal(t, uint64(1+5), st.TCPBytesUp)
+	require.Zero(t, st.TCPResets)
+}
+
 // BenchmarkRelayPingPong is a request/response exchange of 64 bytes
 // through the relay to a host-loopback echo server: the relay's share of
 // scripts/tun-rr.sh without the TUN device and the sandbox's kernel.

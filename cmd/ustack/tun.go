@@ -75,6 +75,7 @@ func tunMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		procs      = fs.Int("procs", 1, "CPUs ustack runs its relay on at once (GOMAXPROCS); 0: Go's default (every CPU, or $GOMAXPROCS). 1, as slirp4netns and pasta are single-threaded, spares the Go scheduler's cross-CPU thread wake-ups: on 2 cores iperf3 through the sandbox ran 1.24x faster than with 2, at the same latency")
 		cpuProfile = fs.String("cpuprofile", "", "write a CPU profile of ustack (not of CMD) to this file")
 		traceFile  = fs.String("trace", "", "write an execution trace of ustack (go tool trace) to this file")
+		sysmonTick = fs.Bool("sysmon-tick", true, "keep the Go runtime's monitor thread on its slow tick while ustack is idle, instead of asleep until the next system call wakes it (ustack executes itself again with GODEBUG="+sysmonTickSetting+"; on a machine up more than 24.8 days the runtime writes one scheduler trace line to stderr at start): a relay idle between every request and its answer spares a thread wake-up per message; tun-rr latency 0.78x")
 	)
 	fs.Var(&allow, "allow", "CIDR the sandbox may reach; repeatable; with any, nothing else is reachable")
 	fs.Var(&deny, "deny", "CIDR the sandbox may not reach; repeatable; wins over -allow")
@@ -228,6 +229,13 @@ Flags:
 	d.UDPIdleTimeout, d.ConnectTimeout = *udpIdle, *connTO
 	if err := d.Check(); err != nil {
 		return usage("%v", err)
+	}
+	if *sysmonTick {
+		// Before anything is created: the flags were checked, and
+		// the command line is parsed again after the exec.
+		if err := execWithSysmonTick(); err != nil {
+			fmt.Fprintf(stderr, "ustack tun: -sysmon-tick: execute again: %v\n", err)
+		}
 	}
 
 	// Signals arrive from here on: a terminal's Ctrl-C reaches CMD itself

@@ -5,6 +5,7 @@ package tun
 import (
 	"errors"
 	"os"
+	"runtime"
 
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/buffer"
@@ -90,7 +91,9 @@ func (q *queue) addCacheStats(s *cache.Stats) {
 // closes the descriptor, or when the device fails.
 func (q *queue) rxLoop() {
 	defer q.e.wg.Done()
-	read := q.readRound // bound once: rc.Read then allocates nothing
+	// Set by a round that ended early, at a pushed segment.
+	var pushEnd bool
+	read := func(fd uintptr) bool { return q.readRound(fd, &pushEnd) } // bound once: rc.Read then allocates nothing
 	for {
 		// While busy-polling readers drive the queue, stand aside until
 		// the last one stops or the watchdog calls (linkutil.PollGate).
@@ -99,6 +102,13 @@ func (q *queue) rxLoop() {
 		}
 		if err := q.rc.Read(read); err != nil {
 			return // closed
+		}
+		if pushEnd {
+			// The round ended at a pushed segment: let the goroutines
+			// its delivery readied (gVisor's TCP processor, the relay's
+			// copier) run before the read that finds the queue empty.
+			pushEnd = false
+			runtime.Gosched()
 		}
 		if q.rxErr != nil {
 			q.e.failGone(q.rxErr)
@@ -111,16 +121,17 @@ func (q *queue) rxLoop() {
 // delivers up to a batch of packets. It returns false, to park until the
 // descriptor is readable, when the queue is empty; true after a full batch,
 // so that rxLoop goes round again (where Close can stop it), after a
-// failure (recorded in q.rxErr), or at once when busy-polling readers have
-// the queue.
-func (q *queue) readRound(fd uintptr) bool {
+// failure (recorded in q.rxErr), at once when busy-polling readers have
+// the queue, or after a round that ended at its first packet, a pushed TCP
+// segment (setting *pushEnd).
+func (q *queue) readRound(fd uintptr, pushEnd *bool) bool {
 	if q.gate.Deferring() {
 		return true
 	}
 	q.gate.Owner.Lock()
 	defer q.gate.Owner.Unlock()
 	q.gate.Received()
-	n, again, err := q.roundLocked(fd)
+	n, again, err := q.pushRoundLocked(fd, pushEnd)
 	if err != nil {
 		q.rxErr = err
 		return true
@@ -139,8 +150,15 @@ func (q *queue) readRound(fd uintptr) bool {
 // delivers by the round's end. again is false when the queue ran empty;
 // err is a failure that ends the queue.
 func (q *queue) roundLocked(fd uintptr) (n int, again bool, err error) {
+	return q.pushRoundLocked(fd, nil)
+}
+
+// pushRoundLocked is roundLocked, except that with pushEnd a round whose
+// first packet is a pushed TCP segment ends after it, setting *pushEnd
+// (with again true).
+func (q *queue) pushRoundLocked(fd uintptr, pushEnd *bool) (n int, again bool, err error) {
 	q.beginRound()
-	n, again, err = q.readLocked(fd)
+	n, again, err = q.readLocked(fd, pushEnd)
 	q.endRound()
 	return n, again, err
 }
@@ -161,7 +179,7 @@ func (q *queue) endRound() {
 }
 
 // readLocked is roundLocked's reading and handing to GRO.
-func (q *queue) readLocked(fd uintptr) (n int, again bool, err error) {
+func (q *queue) readLocked(fd uintptr, pushEnd *bool) (n int, again bool, err error) {
 	buf := q.landing()
 	for n < q.e.opts.RXBatch {
 		m, rerr := unix.Read(int(fd), buf)
@@ -175,6 +193,13 @@ func (q *queue) readLocked(fd uintptr) (n int, again bool, err error) {
 		case rerr == nil:
 			q.receive(buf[:m])
 			n++
+			if pushEnd != nil && n == 1 && pushed(buf[:m], q.e.offloads.VNetHeader) {
+				// A request, most likely, alone: deliver it now rather
+				// than after one more read, which would find the
+				// queue empty (Linux's GRO also flushes a flow at PSH).
+				*pushEnd = true
+				return n, true, nil
+			}
 		case errors.Is(rerr, unix.EAGAIN):
 			return n, false, nil
 		case errors.Is(rerr, unix.EINTR):
@@ -187,6 +212,40 @@ func (q *queue) readLocked(fd uintptr) (n int, again bool, err error) {
 		}
 	}
 	return n, true, nil
+}
+
+// pushed reports whether frame, as read from the device (after a
+// virtio-net header with vnetHdr), is a TCP segment with PSH set: the end
+// of what its sender had to send for now.
+func pushed(frame []byte, vnetHdr bool) bool {
+	ip := frame
+	if vnetHdr {
+		if len(frame) < vnet.HeaderSize {
+			return false
+		}
+		ip = frame[vnet.HeaderSize:]
+	}
+	var l4 []byte
+	switch header.IPVersion(ip) {
+	case header.IPv4Version:
+		if len(ip) < header.IPv4MinimumSize {
+			return false
+		}
+		h := header.IPv4(ip)
+		hl := int(h.HeaderLength())
+		if h.Protocol() != uint8(header.TCPProtocolNumber) || hl < header.IPv4MinimumSize || len(ip) < hl {
+			return false
+		}
+		l4 = ip[hl:]
+	case header.IPv6Version:
+		if len(ip) < header.IPv6MinimumSize || header.IPv6(ip).NextHeader() != uint8(header.TCPProtocolNumber) {
+			return false
+		}
+		l4 = ip[header.IPv6MinimumSize:]
+	default:
+		return false
+	}
+	return len(l4) >= header.TCPMinimumSize && header.TCP(l4).Flags()&header.TCPFlagPsh != 0
 }
 
 // busyPoll runs one non-blocking receive round for a busy-polling reader,

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestExecWithSysmonTickRestoresEnvironment(t *testing.T) {
+	// The execution again: CMD must get $GODEBUG back as it was, set or
+	// not, and the marker goes.
+	for _, tc := range []struct {
+		marker  string
+		want    string
+		wantSet bool
+	}{
+		{"=madvdontneed=1", "madvdontneed=1", true},
+		{"=", "", true},
+		{"", "", false},
+	} {
+		t.Setenv("GODEBUG", "madvdontneed=1,"+sysmonTickSetting)
+		t.Setenv(sysmonTickEnv, tc.marker)
+		require.NoError(t, execWithSysmonTick())
+		_, marked := os.LookupEnv(sysmonTickEnv)
+		require.False(t, marked, "marker %q", tc.marker)
+		got, set := os.LookupEnv("GODEBUG")
+		require.Equal(t, tc.wantSet, set, "marker %q", tc.marker)
+		require.Equal(t, tc.want, got, "marker %q", tc.marker)
+	}
+}
+
+func TestExecWithSysmonTickOnlyAsTun(t *testing.T) {
+	// A test binary (or any program that is not `ustack tun`) is never
+	// executed again.
+	require.False(t, len(os.Args) > 1 && os.Args[1] == "tun")
+	t.Setenv("GODEBUG", "")
+	require.NoError(t, execWithSysmonTick())
+	_, marked := os.LookupEnv(sysmonTickEnv)
+	require.False(t, marked)
+}
