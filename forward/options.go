@@ -25,7 +25,9 @@ const (
 	// as Linux's tcp_mem bounds socket memory. A flow reserves its worst
 	// case when it opens (a TCP flow its send and receive buffers at their
 	// largest, a UDP flow its queue), so this is a bound, not a use: 8 GiB
-	// is 1024 TCP flows with 4 MiB buffers each way.
+	// is 512 TCP flows at the stack's default largest buffers (8 MiB each
+	// way, stack.DefaultTCPOptions), which is then the tighter bound of
+	// the two, not DefaultMaxTCP; a smaller TCPBuffer admits more.
 	DefaultMemoryBudget = 8 << 30
 	// DefaultUDPIdleTimeout ends a UDP flow after this long without a
 	// datagram either way: Linux conntrack keeps a UDP stream 120 s and a
