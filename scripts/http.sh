@@ -25,7 +25,8 @@
 #      USTACK [built here], USTACK_FLAGS [""] extra `ustack serve` flags
 #      (ustack runs; e.g. "-qdisc llist" or "-cpuprofile /tmp/p"),
 #      USTACK_BASE [""] an older ustack binary to run too, KEEP=1 keeps
-#      the work directory (server logs, curl output), SERVERS ["[base]
+#      the work directory (server logs, curl output, each server's status
+#      page after its download), SERVERS ["[base]
 #      ustack kernel"] which servers run, in this order (e.g. "ustack" alone
 #      under perf record -a).
 set -u
@@ -95,6 +96,9 @@ run() {
         out=$(ip netns exec "$NSC" timeout 300 curl -sS -o /dev/null -w '%{size_download} %{speed_download}' \
             "http://$SERVER:$PORT/bytes/$SIZE" 2>>"$WORK/curl.log")
         echo "$1.$2: $out" >>"$WORK/curl.log"
+        # The server's status page after the download (its counters), kept
+        # with KEEP=1.
+        ip netns exec "$NSC" curl -sf -m 5 -o "$WORK/$1.$2.status" "http://$SERVER:$PORT/" 2>/dev/null
         set -- $1 $2 $out
         [ "${3:-}" = "$SIZE" ] && res=$(echo "$4 * 8 / 1000000000" | bc -l)
     fi

@@ -88,6 +88,7 @@ func TestCutSuperSegment(t *testing.T) {
 			var got []byte
 			for i, f := range sentFrames(msgs[:want]) {
 				require.Equal(t, i == want-1, s.lasts[i])
+				require.Len(t, f, s.sizes[i], "frame %d: its length for TXBytes", i)
 				ipb := f[header.EthernetMinimumSize:]
 				var tcp header.TCP
 				var src, dst tcpip.Address

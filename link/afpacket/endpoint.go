@@ -321,7 +321,9 @@ func (e *Endpoint) CacheStats() cache.Stats {
 }
 
 // LinkStats implements link.Reporter: the counters of all queues together. Beyond the
-// field documentation of link.Stats: RXMalformed also counts frames not
+// field documentation of link.Stats: TXPackets and TXBytes count frames
+// sent, so a TCP super-segment the endpoint cuts into frames itself
+// (without the virtio-net header) counts as its frames; RXMalformed also counts frames not
 // addressed to this host (PACKET_OTHERHOST: a veth passes them up, as does
 // a device in promiscuous mode) and
 // frames of EtherTypes other than IPv4, IPv6 and ARP; frames the endpoint

@@ -104,7 +104,8 @@ func (e *Endpoint) writePackets(s *txScratch, list []*stack.PacketBuffer) (int, 
 // leave in one call where TXBatch allows, and counts as sent once its
 // last frame is; one whose frames the kernel took only in part counts as
 // not sent, and is the caller's to retry whole (the receiver discards the
-// frames it then gets twice). It returns how many packets were sent and,
+// frames it then gets twice). TXPackets and TXBytes count the frames that
+// left, as the interface counts them. It returns how many packets were sent and,
 // if it stopped short, the errno that stopped it (EBADF once closed).
 func (q *queue) send(s *txScratch, pkts []*stack.PacketBuffer) (int, unix.Errno) {
 	defer s.clear()
@@ -126,17 +127,14 @@ func (q *queue) send(s *txScratch, pkts []*stack.PacketBuffer) (int, unix.Errno)
 			case s.n <= 0:
 				return sent, unix.EAGAIN
 			}
-			complete := 0
-			for _, last := range s.lasts[done : done+s.n] {
-				if last {
+			complete, bytes := 0, 0
+			for i := done; i < done+s.n; i++ {
+				if s.lasts[i] {
 					complete++
 				}
+				bytes += s.sizes[i]
 			}
-			bytes := 0
-			for _, pkt := range pkts[sent : sent+complete] {
-				bytes += pkt.Size()
-			}
-			q.txPackets.Add(uint64(complete))
+			q.txPackets.Add(uint64(s.n))
 			q.txBytes.Add(uint64(bytes))
 			sent += complete
 			done += s.n
@@ -189,6 +187,7 @@ type txScratch struct {
 	vhdrs   []byte
 	starts  []int            // the first iovec of each message
 	lasts   []bool           // each message is its packet's last frame
+	sizes   []int            // each message's frame length, for TXBytes
 	hdrs    []byte           // the headers of cut frames, one after another
 	flat    []*buffer.View   // copies of packets with too many views
 	pending []unix.Mmsghdr   // what the current sendmmsg is to send
@@ -204,6 +203,7 @@ func newTXScratch(batch int) *txScratch {
 		vhdrs:  make([]byte, batch*vnet.HeaderSize),
 		starts: make([]int, batch),
 		lasts:  make([]bool, batch),
+		sizes:  make([]int, batch),
 	}
 	s.sendFn = func(fd uintptr) { s.n, s.errno = sendmmsg(int(fd), s.pending) }
 	return s
@@ -256,6 +256,7 @@ func (s *txScratch) build(pkts []*stack.PacketBuffer, vnetHdr bool) []unix.Mmsgh
 		s.msgs = make([]unix.Mmsghdr, nmsg)
 		s.starts = make([]int, nmsg)
 		s.lasts = make([]bool, nmsg)
+		s.sizes = make([]int, nmsg)
 	}
 	if nhdr > cap(s.hdrs) {
 		s.hdrs = make([]byte, 0, nhdr)
@@ -270,6 +271,7 @@ func (s *txScratch) build(pkts []*stack.PacketBuffer, vnetHdr bool) []unix.Mmsgh
 		start := len(s.iovs)
 		s.starts[m] = start
 		s.lasts[m] = true
+		s.sizes[m] = pkt.Size()
 		m++
 		if vnetHdr {
 			h := s.vhdrs[i*vnet.HeaderSize : (i+1)*vnet.HeaderSize]
@@ -373,6 +375,7 @@ func (s *txScratch) cut(pkt *stack.PacketBuffer, m int) int {
 		c.Add(tcp)
 		s.starts[m] = len(s.iovs)
 		s.lasts[m] = i == n-1
+		s.sizes[m] = hl + flen
 		m++
 		s.iovs = appendIovec(s.iovs, h)
 		for plen > 0 && v != nil {
