@@ -152,10 +152,28 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 		Addrs:    prefixes,
 		Gateways: gateways,
 		Qdisc:    *qdisc,
-		Stack:    &stack.Options{BusyPoll: bp},
+		Stack:    &stack.Options{BusyPoll: bp, TCP: serveTCP()},
 		Ports:    ports,
 		Metrics:  *metrics,
 	}, *cpuPath, *tracePath, stderr)
+}
+
+// serveSendBuffer is the send buffer each of serve's TCP connections
+// starts with: 4 MiB, the most Linux's send-buffer autotuning gives a
+// connection by default (tcp_wmem's maximum), which the kernel-socket
+// server reaches in a bulk download. gVisor does not autotune send
+// buffers, so ustack's would stay at the stack's 1 MiB default. Measured
+// with scripts/http.sh, 5 alternating runs each: ustack's download 1.26x
+// as fast as with 1 MiB on 256 MiB, 1.14x on 2 GiB.
+const serveSendBuffer = 4 << 20
+
+// serveTCP returns the stack's default TCP options with serve's send
+// buffer.
+func serveTCP() *stack.TCPOptions {
+	o := stack.DefaultTCPOptions()
+	o.SendBuffer.Default = max(o.SendBuffer.Default, serveSendBuffer)
+	o.SendBuffer.Max = max(o.SendBuffer.Max, o.SendBuffer.Default)
+	return &o
 }
 
 // setProcs sets GOMAXPROCS to procs, or with procs 0 to def (0: Go's
