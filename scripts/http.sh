@@ -25,7 +25,10 @@
 #      USTACK [built here], USTACK_FLAGS [""] extra `ustack serve` flags
 #      (ustack runs; e.g. "-qdisc llist" or "-cpuprofile /tmp/p"),
 #      USTACK_BASE [""] an older ustack binary to run too, KEEP=1 keeps
-#      the work directory (server logs, curl output).
+#      the work directory (server logs, curl output, each server's status
+#      page after its download), SERVERS ["[base]
+#      ustack kernel"] which servers run, in this order (e.g. "ustack" alone
+#      under perf record -a).
 set -u
 export LC_ALL=C
 SIZE=${SIZE:-268435456} REPS=${REPS:-5} PORT=${PORT:-80}
@@ -93,6 +96,9 @@ run() {
         out=$(ip netns exec "$NSC" timeout 300 curl -sS -o /dev/null -w '%{size_download} %{speed_download}' \
             "http://$SERVER:$PORT/bytes/$SIZE" 2>>"$WORK/curl.log")
         echo "$1.$2: $out" >>"$WORK/curl.log"
+        # The server's status page after the download (its counters), kept
+        # with KEEP=1.
+        ip netns exec "$NSC" curl -sf -m 5 -o "$WORK/$1.$2.status" "http://$SERVER:$PORT/" 2>/dev/null
         set -- $1 $2 $out
         [ "${3:-}" = "$SIZE" ] && res=$(echo "$4 * 8 / 1000000000" | bc -l)
     fi
@@ -104,15 +110,17 @@ median() { # median of the numeric arguments, or "fail"
     printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g |
         awk '{a[NR]=$1} END{if(!NR){print "fail"; exit} printf "%.2f", (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'
 }
-SERVERS="ustack kernel"
-[ -n "$USTACK_BASE" ] && SERVERS="base $SERVERS"
+if [ -z "${SERVERS:-}" ]; then
+    SERVERS="ustack kernel"
+    [ -n "$USTACK_BASE" ] && SERVERS="base $SERVERS"
+fi
 declare -A RES
 for r in $(seq "$REPS"); do
     for s in $SERVERS; do RES[$s]+="$(run "$s" "$r") "; done
 done
 printf '# %s %s cpus, curl /bytes/%d over veth, %d runs (alternating); Gbit/s\n' \
     "$(date -u +%FT%TZ)" "$(nproc)" "$SIZE" "$REPS"
-K=$(median ${RES[kernel]})
+K=$(median ${RES[kernel]:-})
 printf '%-8s %8s %8s  %s\n' server median /kernel runs
 for s in $SERVERS; do
     m=$(median ${RES[$s]})

@@ -21,6 +21,7 @@ func TestServeStackFlag(t *testing.T) {
 		{[]string{"serve", "-stack", "kernel", "-qdisc", "llist", "-queues", "2"}, "-stack kernel: -qdisc, -queues configure ustack"},
 		{[]string{"serve", "-stack", "kernel", "-addr", "198.18.0.2"}, "-addr"},
 		{[]string{"serve", "-stack", "kernel", "-http", "65536"}, "at most 65535"},
+		{[]string{"serve", "-stack", "kernel", "-procs", "-1"}, "-procs -1: want a count of CPUs"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, out, errs := runCmd(tc.args...)

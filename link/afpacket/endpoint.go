@@ -151,8 +151,9 @@ func (e *Endpoint) Capabilities() stack.LinkEndpointCapabilities {
 	return c
 }
 
-// GSOMaxSize implements stack.GSOEndpoint: GSOMaxSize with the virtio-net
-// header on, or with gVisor's software GSO; 0 without either.
+// GSOMaxSize implements stack.GSOEndpoint: GSOMaxSize, unless
+// Options.NoSoftwareGSO turned segmentation off without the virtio-net
+// header (0).
 func (e *Endpoint) GSOMaxSize() uint32 {
 	if e.SupportedGSO() != stack.GSONotSupported {
 		return GSOMaxSize
@@ -160,20 +161,19 @@ func (e *Endpoint) GSOMaxSize() uint32 {
 	return 0
 }
 
-// SupportedGSO implements stack.GSOEndpoint: host GSO with the virtio-net
-// header on, so gVisor's TCP hands the endpoint super-segments for the
-// kernel to segment (or a veth to carry whole). Without the header,
-// gVisor's software GSO unless Options.NoSoftwareGSO: its TCP then builds
-// a super-segment at a time and cuts it into MTU-sized segments itself,
-// with complete checksums, just before the link.
+// SupportedGSO implements stack.GSOEndpoint: host GSO, so gVisor's TCP
+// hands the endpoint super-segments with a partial checksum. With the
+// virtio-net header on the kernel segments them (or a veth carries them
+// whole). Without it the endpoint cuts each into MTU-sized frames itself,
+// with complete checksums, and sends them together in one sendmmsg, where
+// gVisor's software GSO would hand it one frame per call (and so one
+// system call per frame); unless Options.NoSoftwareGSO, with which gVisor's
+// TCP builds and checksums every MTU-sized segment on its own.
 func (e *Endpoint) SupportedGSO() stack.SupportedGSO {
-	switch {
-	case e.vnetHdr:
-		return stack.HostGSOSupported
-	case e.opts.NoSoftwareGSO:
+	if !e.vnetHdr && e.opts.NoSoftwareGSO {
 		return stack.GSONotSupported
 	}
-	return stack.GVisorGSOSupported
+	return stack.HostGSOSupported
 }
 
 // ARPHardwareType implements stack.LinkEndpoint: Ethernet.
@@ -321,7 +321,9 @@ func (e *Endpoint) CacheStats() cache.Stats {
 }
 
 // LinkStats implements link.Reporter: the counters of all queues together. Beyond the
-// field documentation of link.Stats: RXMalformed also counts frames not
+// field documentation of link.Stats: TXPackets and TXBytes count frames
+// sent, so a TCP super-segment the endpoint cuts into frames itself
+// (without the virtio-net header) counts as its frames; RXMalformed also counts frames not
 // addressed to this host (PACKET_OTHERHOST: a veth passes them up, as does
 // a device in promiscuous mode) and
 // frames of EtherTypes other than IPv4, IPv6 and ARP; frames the endpoint

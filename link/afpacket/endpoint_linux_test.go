@@ -134,7 +134,7 @@ func TestCapabilities(t *testing.T) {
 
 	off, _ := testEndpoint(t, &Options{NoOffload: true}, 0)
 	require.Equal(t, stack.CapabilityResolutionRequired|stack.CapabilityRXChecksumOffload, off.Capabilities(), "GRO: the endpoint verifies")
-	require.Equal(t, stack.GVisorGSOSupported, off.SupportedGSO(), "gVisor's software GSO")
+	require.Equal(t, stack.HostGSOSupported, off.SupportedGSO(), "the endpoint's own segmentation")
 	require.Equal(t, uint32(GSOMaxSize), off.GSOMaxSize())
 
 	plain, _ := testEndpoint(t, &Options{NoOffload: true, NoGRO: true, NoSoftwareGSO: true}, 0)

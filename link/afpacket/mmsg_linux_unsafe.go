@@ -50,7 +50,7 @@ func rxBatchSize(n int, aux bool) int {
 // size returns the bytes the scratch's arrays hold, for the cache's cap.
 func (s *txScratch) size() int {
 	return cap(s.msgs)*int(unsafe.Sizeof(unix.Mmsghdr{})) + cap(s.iovs)*int(unsafe.Sizeof(unix.Iovec{})) +
-		cap(s.vhdrs) + cap(s.starts)*int(unsafe.Sizeof(0)) + cap(s.flat)*int(unsafe.Sizeof(uintptr(0)))
+		cap(s.vhdrs) + cap(s.starts)*int(unsafe.Sizeof(0)) + cap(s.lasts) + cap(s.sizes)*int(unsafe.Sizeof(0)) + cap(s.hdrs) + cap(s.flat)*int(unsafe.Sizeof(uintptr(0)))
 }
 
 // newRXBatch makes a landing batch of n messages, each header pointing at

@@ -87,18 +87,19 @@ type Options struct {
 	// pushing back.
 	QdiscBypass bool
 	// NoOffload turns the kernel offloads off by leaving the virtio-net
-	// header (PACKET_VNET_HDR) off: no host GSO (gVisor cuts TCP to the
-	// MTU itself, by default with its software GSO) and every transmitted
-	// checksum computed by gVisor. It exists to measure what the offloads
+	// header (PACKET_VNET_HDR) off: no kernel GSO (the endpoint cuts
+	// gVisor's TCP super-segments into MTU-sized frames itself, see
+	// SupportedGSO) and every transmitted checksum computed in software
+	// (by gVisor, or by the endpoint for the frames it cuts). It exists to measure what the offloads
 	// are worth. The kernel still hands over frames with partial checksums
 	// (a veth peer's, say); without the header the endpoint learns of them
 	// through PACKET_AUXDATA, and trusts them (GRO on, when the endpoint
 	// verifies the others itself) or completes them for gVisor (NoGRO).
 	NoOffload bool
-	// NoSoftwareGSO turns gVisor's software GSO off where the endpoint
-	// would offer it (NoOffload): gVisor's TCP then builds and checksums
-	// every MTU-sized segment on its own instead of a super-segment at a
-	// time. For comparison.
+	// NoSoftwareGSO turns segmentation off where the endpoint would do it
+	// itself (NoOffload): gVisor's TCP then builds and checksums every
+	// MTU-sized segment on its own instead of a super-segment at a time.
+	// For comparison.
 	NoSoftwareGSO bool
 	// NoGRO turns receive coalescing off: by default the TCP segments of
 	// one receive round that continue each other climb gVisor's stack as

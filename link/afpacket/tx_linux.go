@@ -8,6 +8,8 @@ import (
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/link"
@@ -97,15 +99,22 @@ func (e *Endpoint) writePackets(s *txScratch, list []*stack.PacketBuffer) (int, 
 }
 
 // send sends pkts on the queue's socket in sendmmsg calls of up to TXBatch
-// packets, looping over partial sends. It returns how many were sent and,
+// frames, looping over partial sends. A TCP super-segment that the
+// endpoint cuts itself (no virtio-net header) is all its frames, which
+// leave in one call where TXBatch allows, and counts as sent once its
+// last frame is; one whose frames the kernel took only in part counts as
+// not sent, and is the caller's to retry whole (the receiver discards the
+// frames it then gets twice). TXPackets and TXBytes count the frames that
+// left, as the interface counts them. It returns how many packets were sent and,
 // if it stopped short, the errno that stopped it (EBADF once closed).
 func (q *queue) send(s *txScratch, pkts []*stack.PacketBuffer) (int, unix.Errno) {
 	defer s.clear()
 	sent := 0
 	for sent < len(pkts) {
-		chunk := pkts[sent:min(len(pkts), sent+len(s.msgs))]
-		s.pending = s.build(chunk, q.e.vnetHdr)
-		for len(s.pending) > 0 {
+		msgs := s.build(pkts[sent:], q.e.vnetHdr)
+		done := 0 // messages of msgs sent
+		for done < len(msgs) {
+			s.pending = msgs[done:]
 			if err := q.rc.Control(s.sendFn); err != nil {
 				return sent, unix.EBADF
 			}
@@ -118,14 +127,17 @@ func (q *queue) send(s *txScratch, pkts []*stack.PacketBuffer) (int, unix.Errno)
 			case s.n <= 0:
 				return sent, unix.EAGAIN
 			}
-			bytes := 0
-			for _, pkt := range pkts[sent : sent+s.n] {
-				bytes += pkt.Size()
+			complete, bytes := 0, 0
+			for i := done; i < done+s.n; i++ {
+				if s.lasts[i] {
+					complete++
+				}
+				bytes += s.sizes[i]
 			}
 			q.txPackets.Add(uint64(s.n))
 			q.txBytes.Add(uint64(bytes))
-			s.pending = s.pending[s.n:]
-			sent += s.n
+			sent += complete
+			done += s.n
 		}
 	}
 	return sent, 0
@@ -163,15 +175,20 @@ func (q *queue) refused(rest int, errno unix.Errno) tcpip.Error {
 const maxIovPerMsg = 1024
 
 // txScratch is what one WritePackets call needs for its sendmmsg calls:
-// message headers, iovecs and virtio-net headers for up to TXBatch
-// packets. A call takes the endpoint's cached one if it gets txMu, and one
-// from txPool if not (or with NoCache), so it allocates nothing once they
-// are warm, and concurrent calls use different ones.
+// message headers, iovecs, virtio-net headers and the headers of the
+// frames cut from super-segments, for up to TXBatch frames (more for a
+// lone super-segment with more frames). A call takes the endpoint's
+// cached one if it gets txMu, and one from txPool if not (or with
+// NoCache), so it allocates nothing once they are warm, and concurrent
+// calls use different ones.
 type txScratch struct {
 	msgs    []unix.Mmsghdr
 	iovs    []unix.Iovec
 	vhdrs   []byte
 	starts  []int            // the first iovec of each message
+	lasts   []bool           // each message is its packet's last frame
+	sizes   []int            // each message's frame length, for TXBytes
+	hdrs    []byte           // the headers of cut frames, one after another
 	flat    []*buffer.View   // copies of packets with too many views
 	pending []unix.Mmsghdr   // what the current sendmmsg is to send
 	n       int              // sendFn's result
@@ -185,19 +202,77 @@ func newTXScratch(batch int) *txScratch {
 		iovs:   make([]unix.Iovec, 0, 4*batch),
 		vhdrs:  make([]byte, batch*vnet.HeaderSize),
 		starts: make([]int, batch),
+		lasts:  make([]bool, batch),
+		sizes:  make([]int, batch),
 	}
 	s.sendFn = func(fd uintptr) { s.n, s.errno = sendmmsg(int(fd), s.pending) }
 	return s
 }
 
-// build fills the message headers for pkts (at most len(s.msgs)) and
-// returns them: per packet, a virtio-net header if vnetHdr, then the
-// packet's views from its link header on, no payload copied.
+// frames returns how many frames pkt leaves as, and whether the endpoint
+// cuts it: without the virtio-net header a TCP super-segment (host GSO,
+// which the endpoint offers in place of gVisor's software GSO) becomes
+// frames of at most its MSS of payload, each with complete checksums.
+func frames(pkt *stack.PacketBuffer, vnetHdr bool) (int, bool) {
+	if vnetHdr {
+		return 1, false
+	}
+	switch pkt.GSOOptions.Type {
+	case stack.GSOTCPv4, stack.GSOTCPv6:
+	default:
+		return 1, false
+	}
+	mss := int(pkt.GSOOptions.MSS)
+	size := pkt.Data().Size()
+	if mss <= 0 || size <= mss {
+		return 1, true
+	}
+	return (size + mss - 1) / mss, true
+}
+
+// build fills the message headers for the first of pkts, and as many more
+// as fit in len(s.msgs) frames, and returns them: per packet, a
+// virtio-net header if vnetHdr, then the packet's views from its link
+// header on, no payload copied; or, for a packet the endpoint cuts, per
+// frame a copy of its headers fixed up for the frame and the views of the
+// frame's payload. s.lasts marks each packet's last message.
 func (s *txScratch) build(pkts []*stack.PacketBuffer, vnetHdr bool) []unix.Mmsghdr {
 	s.iovs = s.iovs[:0]
-	for i, pkt := range pkts {
+	// First the room: which packets fit, and their cut frames' headers.
+	nmsg, nhdr := 0, 0
+	np := 0
+	for _, pkt := range pkts {
+		f, cut := frames(pkt, vnetHdr)
+		if np > 0 && nmsg+f > len(s.msgs) {
+			break
+		}
+		np++
+		nmsg += f
+		if cut {
+			nhdr += f * headersLen(pkt)
+		}
+	}
+	if nmsg > len(s.msgs) { // a lone super-segment with more frames
+		s.msgs = make([]unix.Mmsghdr, nmsg)
+		s.starts = make([]int, nmsg)
+		s.lasts = make([]bool, nmsg)
+		s.sizes = make([]int, nmsg)
+	}
+	if nhdr > cap(s.hdrs) {
+		s.hdrs = make([]byte, 0, nhdr)
+	}
+	s.hdrs = s.hdrs[:0]
+	m := 0
+	for i, pkt := range pkts[:np] {
+		if _, cut := frames(pkt, vnetHdr); cut {
+			m = s.cut(pkt, m)
+			continue
+		}
 		start := len(s.iovs)
-		s.starts[i] = start
+		s.starts[m] = start
+		s.lasts[m] = true
+		s.sizes[m] = pkt.Size()
+		m++
 		if vnetHdr {
 			h := s.vhdrs[i*vnet.HeaderSize : (i+1)*vnet.HeaderSize]
 			vnet.ForTX(pkt, linkHdrLen).Encode(h)
@@ -223,19 +298,103 @@ func (s *txScratch) build(pkts []*stack.PacketBuffer, vnetHdr bool) []unix.Mmsgh
 		}
 	}
 	// s.iovs has stopped growing: now its addresses are stable.
-	for i := range pkts {
+	for i := range m {
 		end := len(s.iovs)
-		if i+1 < len(pkts) {
+		if i+1 < m {
 			end = s.starts[i+1]
 		}
-		m := &s.msgs[i]
-		*m = unix.Mmsghdr{}
+		mh := &s.msgs[i]
+		*mh = unix.Mmsghdr{}
 		if end > s.starts[i] {
-			m.Hdr.Iov = &s.iovs[s.starts[i]]
-			m.Hdr.SetIovlen(end - s.starts[i])
+			mh.Hdr.Iov = &s.iovs[s.starts[i]]
+			mh.Hdr.SetIovlen(end - s.starts[i])
 		}
 	}
-	return s.msgs[:len(pkts)]
+	return s.msgs[:m]
+}
+
+// headersLen is the length of pkt's link, network and transport headers.
+func headersLen(pkt *stack.PacketBuffer) int {
+	return len(pkt.LinkHeader().Slice()) + len(pkt.NetworkHeader().Slice()) + len(pkt.TransportHeader().Slice())
+}
+
+// cut adds the frames of the TCP super-segment pkt as messages from m on
+// and returns the next message's index. Each frame has a copy of pkt's
+// headers with its own IP length (and IPv4 identification and header
+// checksum), sequence number, flags (FIN and PSH only on the last, CWR
+// only on the first) and complete TCP checksum, then iovecs on its share
+// of the payload: at most the MSS, all of it left for the last.
+func (s *txScratch) cut(pkt *stack.PacketBuffer, m int) int {
+	eth := pkt.LinkHeader().Slice()
+	nh := pkt.NetworkHeader().Slice()
+	th := pkt.TransportHeader().Slice()
+	hl := len(eth) + len(nh) + len(th)
+	n, _ := frames(pkt, false)
+	mss := int(pkt.GSOOptions.MSS)
+	left := pkt.Data().Size()
+	views, off := pkt.AsViewList()
+	off += hl // the payload's start in the first view
+	v := views.Front()
+	for i := range n {
+		plen := left
+		if i < n-1 {
+			plen = mss
+		}
+		left -= plen
+		flen := plen
+		h := s.hdrs[len(s.hdrs) : len(s.hdrs)+hl : len(s.hdrs)+hl]
+		s.hdrs = s.hdrs[:len(s.hdrs)+hl]
+		copy(h, eth)
+		copy(h[len(eth):], nh)
+		copy(h[len(eth)+len(nh):], th)
+		ip, tcp := h[len(eth):len(eth)+len(nh)], header.TCP(h[len(eth)+len(nh):])
+		var src, dst tcpip.Address
+		if header.IPVersion(ip) == header.IPv4Version {
+			ip4 := header.IPv4(ip)
+			ip4.SetTotalLength(uint16(len(nh) + len(th) + plen))
+			ip4.SetID(ip4.ID() + uint16(i))
+			ip4.SetChecksum(0)
+			ip4.SetChecksum(^ip4.CalculateChecksum())
+			src, dst = ip4.SourceAddress(), ip4.DestinationAddress()
+		} else {
+			ip6 := header.IPv6(ip)
+			ip6.SetPayloadLength(uint16(len(nh) - header.IPv6MinimumSize + len(th) + plen))
+			src, dst = ip6.SourceAddress(), ip6.DestinationAddress()
+		}
+		tcp.SetSequenceNumber(tcp.SequenceNumber() + uint32(i*mss))
+		flags := tcp.Flags()
+		if i < n-1 {
+			flags &^= header.TCPFlagFin | header.TCPFlagPsh
+		}
+		if i > 0 {
+			flags &^= header.TCPFlagCwr
+		}
+		tcp.SetFlags(uint8(flags))
+		tcp.SetChecksum(0)
+		var c checksum.Checksumer
+		c.Add(tcp)
+		s.starts[m] = len(s.iovs)
+		s.lasts[m] = i == n-1
+		s.sizes[m] = hl + flen
+		m++
+		s.iovs = appendIovec(s.iovs, h)
+		for plen > 0 && v != nil {
+			b := v.AsSlice()
+			if off >= len(b) {
+				off -= len(b)
+				v = v.Next()
+				continue
+			}
+			b = b[off:min(len(b), off+plen)]
+			c.Add(b)
+			s.iovs = appendIovec(s.iovs, b)
+			off += len(b)
+			plen -= len(b)
+		}
+		xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, src, dst, uint16(len(tcp)+flen))
+		tcp.SetChecksum(^checksum.Combine(xsum, c.Checksum()))
+	}
+	return m
 }
 
 func appendIovec(iovs []unix.Iovec, b []byte) []unix.Iovec {
