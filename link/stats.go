@@ -5,8 +5,11 @@ package link
 // refused back to the writer (with its reason), delivered, or dropped (with
 // its reason). Impairment counters say what fault injection did on top.
 type Stats struct {
-	// TXPackets and TXBytes count packets the endpoint accepted for
-	// transmission (WritePackets returned them as written).
+	// TXPackets and TXBytes count what the endpoint sent of the packets
+	// WritePackets returned as written, as the interface would count it:
+	// a TCP super-segment handed to the kernel whole (virtio-net header)
+	// is one packet, one the endpoint cuts into MTU frames itself is as
+	// many packets as frames.
 	TXPackets, TXBytes uint64
 	// TXCalls counts WritePackets calls: TXPackets/TXCalls is the mean
 	// batch the writer achieved.
