@@ -18,15 +18,23 @@ import (
 )
 
 // superSegment builds a TCP super-segment as gVisor's TCP hands it to a
-// host-GSO link: payload in several views (an odd-sized one among them),
-// headers pushed in front, the TCP checksum the pseudo-header sum only.
-func superSegment(t *testing.T, v6 bool, payload []byte, mss uint16, flags header.TCPFlags) *stack.PacketBuffer {
+// host-GSO link: payload in views of 1 to maxView bytes (odd-sized ones
+// among them), headers pushed in front, the TCP checksum the pseudo-header
+// sum only.
+func superSegment(t *testing.T, v6 bool, payload []byte, maxView int, mss uint16, flags header.TCPFlags) *stack.PacketBuffer {
 	t.Helper()
+	// Each view is a slice of one shared chunk, as the clones in gVisor's
+	// send queue are: Append merges views only into an unshared chunk.
+	backing := buffer.NewViewWithData(payload)
+	defer backing.Release()
 	var data buffer.Buffer
-	for rest := payload; len(rest) > 0; {
-		n := min(len(rest), 1+rand.IntN(9000))
-		data.Append(buffer.NewViewWithData(rest[:n]))
-		rest = rest[n:]
+	for off := 0; off < len(payload); {
+		n := min(len(payload)-off, 1+rand.IntN(maxView))
+		v := backing.Clone()
+		v.TrimFront(off)
+		v.CapLength(n)
+		data.Append(v)
+		off += n
 	}
 	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{ReserveHeaderBytes: 128, Payload: data})
 	tcp := header.TCP(pkt.TransportHeader().Push(header.TCPMinimumSize + 12))
@@ -70,13 +78,19 @@ func sentFrames(msgs []unix.Mmsghdr) [][]byte {
 
 func TestCutSuperSegment(t *testing.T) {
 	for _, v6 := range []bool{false, true} {
-		for _, size := range []int{1, 1448, 1449, 3 * 1448, 65000 - 7} {
+		for _, tc := range []struct{ size, maxView int }{
+			{1, 9000}, {1448, 9000}, {1449, 9000}, {3 * 1448, 9000}, {65000 - 7, 9000},
+			// A payload of 1-byte views: a frame's payload would
+			// take more iovecs than a message may have.
+			{3*1448 + 5, 1},
+		} {
+			size := tc.size
 			payload := make([]byte, size)
 			for i := range payload {
 				payload[i] = byte(rand.Uint32())
 			}
 			const mss = 1448
-			pkt := superSegment(t, v6, payload, mss, header.TCPFlagAck|header.TCPFlagPsh|header.TCPFlagCwr)
+			pkt := superSegment(t, v6, payload, tc.maxView, mss, header.TCPFlagAck|header.TCPFlagPsh|header.TCPFlagCwr)
 			s := newTXScratch(4) // fewer messages than most packets need
 			msgs := s.build([]*stack.PacketBuffer{pkt, pkt}, false)
 			want := (size + mss - 1) / mss
@@ -86,6 +100,9 @@ func TestCutSuperSegment(t *testing.T) {
 				require.Len(t, msgs, want, "v6=%v size %d: a lone packet takes all its frames", v6, size)
 			}
 			var got []byte
+			for i, m := range msgs {
+				require.LessOrEqual(t, int(m.Hdr.Iovlen), maxIovPerMsg, "message %d: at most UIO_MAXIOV iovecs", i)
+			}
 			for i, f := range sentFrames(msgs[:want]) {
 				require.Equal(t, i == want-1, s.lasts[i])
 				require.Len(t, f, s.sizes[i], "frame %d: its length for TXBytes", i)

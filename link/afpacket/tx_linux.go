@@ -378,6 +378,7 @@ func (s *txScratch) cut(pkt *stack.PacketBuffer, m int) int {
 		s.sizes[m] = hl + flen
 		m++
 		s.iovs = appendIovec(s.iovs, h)
+		body, fv, foff := len(s.iovs), v, off
 		for plen > 0 && v != nil {
 			b := v.AsSlice()
 			if off >= len(b) {
@@ -391,10 +392,35 @@ func (s *txScratch) cut(pkt *stack.PacketBuffer, m int) int {
 			off += len(b)
 			plen -= len(b)
 		}
+		if len(s.iovs)-s.starts[m-1] > maxIovPerMsg {
+			// Pathologically fragmented (a payload of many tiny
+			// writes): the frame's payload goes as one flat copy.
+			s.iovs = s.iovs[:body]
+			flat := buffer.NewViewSize(flen)
+			s.flat = append(s.flat, flat)
+			copyPayload(flat.AsSlice(), fv, foff)
+			s.iovs = appendIovec(s.iovs, flat.AsSlice())
+		}
 		xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, src, dst, uint16(len(tcp)+flen))
 		tcp.SetChecksum(^checksum.Combine(xsum, c.Checksum()))
 	}
 	return m
+}
+
+// copyPayload fills dst from the packet views starting at v, off bytes
+// into it.
+func copyPayload(dst []byte, v *buffer.View, off int) {
+	for len(dst) > 0 && v != nil {
+		b := v.AsSlice()
+		if off < len(b) {
+			n := copy(dst, b[off:])
+			dst = dst[n:]
+			off = 0
+		} else {
+			off -= len(b)
+		}
+		v = v.Next()
+	}
 }
 
 func appendIovec(iovs []unix.Iovec, b []byte) []unix.Iovec {
