@@ -236,6 +236,7 @@ func (r *txRing) write(fd int, pkts []*stack.PacketBuffer) (n int, errno unix.Er
 	}
 	// Reap a completion for every request submitted, waiting for the
 	// ones not yet done (a write the kernel handed to a worker).
+	clear(r.iov[:iov]) // hold no packet's memory past the call
 	results := r.results[:submitted]
 	got := 0
 	for got < int(submitted) {
