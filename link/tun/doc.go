@@ -73,7 +73,11 @@
 // and are parked with it, so an idle queue's are released
 // (Options.NoCache keeps them for good). Transmit writes each packet with one writev(2) (header and the
 // packet's views, no payload copy) to the queue its flow hashes to, so a
-// flow stays on one queue and the kernel answers it on the same one. A
+// flow stays on one queue and the kernel answers it on the same one.
+// Without the virtio-net header, where every packet is one write, a batch
+// goes in one io_uring_enter(2) instead, as linked writev requests that
+// keep their order (Options.NoTXRing turns that off; writev is used where
+// the kernel has no io_uring, or once a seccomp filter refuses it). A
 // write the kernel refuses with EAGAIN is returned to the writer and
 // signalled later through NotifyWritable by a per-queue watcher goroutine,
 // started at the first refusal. (On TUN that is rare: the kernel takes a

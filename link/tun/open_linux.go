@@ -384,6 +384,8 @@ type queue struct {
 	rc   syscall.RawConn
 	// watch signals writability after a refused write; startWatch starts
 	// its goroutine (bound once, so a refusal allocates nothing).
+	// ring writes batches in one system call (nil: writev each packet).
+	ring       *txRing
 	watch      linkutil.Watcher
 	startWatch func()
 	// gate serialises receive rounds between the receive goroutine and
@@ -443,6 +445,9 @@ func newEndpoint(d device, o Options, off Offloads, fds []int) *Endpoint {
 			panic(fmt.Sprintf("tun %s: queue %d: SyscallConn of descriptor %d: %v", name, i, fd, err))
 		}
 		q := &queue{e: e, idx: i, file: f, rc: rc}
+		if !off.VNetHeader && !o.NoTXRing {
+			q.ring = newTXRing() // nil where the kernel has none: writev
+		}
 		q.gro.Init(!o.NoGRO)
 		q.gro.SetRounds(&e.rounds)
 		q.startWatch = func() {
@@ -469,7 +474,10 @@ func newEndpoint(d device, o Options, off Offloads, fds []int) *Endpoint {
 // close closes the queue's descriptor, which wakes its goroutines once the
 // system calls in progress on it have returned. Closing the last
 // descriptor of a device Open created deletes the device.
-func (q *queue) close() { q.file.Close() }
+func (q *queue) close() {
+	q.file.Close()
+	q.ring.close()
+}
 
 // closeCaches releases every cache, after Close joined the goroutines.
 func (e *Endpoint) closeCaches() {

@@ -98,6 +98,13 @@ type Options struct {
 	// virtio-net header GRO also makes the endpoint verify checksums
 	// itself, as it does with the header. For comparison.
 	NoGRO bool
+	// NoTXRing writes every packet with its own writev(2). By default,
+	// without the virtio-net header (where every packet is one write), a
+	// queue writes a batch of packets with one io_uring_enter(2), as
+	// linked writes that keep their order, where the kernel offers
+	// io_uring (and writev where it does not, or once a seccomp filter
+	// refuses it). For comparison.
+	NoTXRing bool
 }
 
 // DefaultOptions returns the options a nil *Options stands for: one queue,

@@ -137,6 +137,22 @@ func newTXScratch() *txScratch {
 func (s *txScratch) send(fd uintptr) {
 	vnetHdr := s.q.e.offloads.VNetHeader
 	for s.n < len(s.pkts) {
+		if s.q.ring != nil && len(s.pkts)-s.n > 1 {
+			// Several packets: one trip through the ring for all.
+			n, errno, ok := s.q.ring.write(int(fd), s.pkts[s.n:])
+			if ok {
+				s.q.txSyscalls.Add(1)
+				for _, pkt := range s.pkts[s.n : s.n+n] {
+					s.bytes += uint64(pkt.Size())
+				}
+				s.n += n
+				if errno != 0 && errno != unix.EINTR {
+					s.errno = errno
+					return
+				}
+				continue
+			}
+		}
 		pkt := s.pkts[s.n]
 		hdr := s.hdr[:0]
 		gso := false

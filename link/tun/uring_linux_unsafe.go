@@ -1,0 +1,271 @@
+//go:build linux
+
+package tun
+
+import (
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+)
+
+// txRingEntries is the size of a queue's io_uring submission queue: how
+// many packets one io_uring_enter writes at most. 64 is gVisor's and the
+// qdiscs' largest batch (and NAPI's weight); a longer batch takes two.
+const txRingEntries = 64
+
+// txRingIovecs is how many iovecs one ring trip gathers from, for all its
+// packets together: a packet without the virtio-net header is a header
+// view and a payload view or two, so four per packet leave room. A trip
+// that runs out submits what it has; the rest go in the next one.
+const txRingIovecs = 4 * txRingEntries
+
+// The io_uring ABI (include/uapi/linux/io_uring.h) as far as txRing uses
+// it.
+const (
+	ioringOpWritev              = 2          // IORING_OP_WRITEV
+	ioringEnterGetEvents        = 1          // IORING_ENTER_GETEVENTS
+	ioringFeatSingleMmap        = 1          // IORING_FEAT_SINGLE_MMAP
+	ioringOffSQEs               = 0x10000000 // IORING_OFF_SQES
+	iosqeIOLink                 = 1 << 2     // IOSQE_IO_LINK: the next starts when this one ended well
+	rwfNoWait                   = 0x8        // RWF_NOWAIT: EAGAIN at once, never parked until writable
+	ioringSQESize               = 64
+	ioringCQESize               = 16
+	ioringCurrentPos     uint64 = ^uint64(0) // offset -1: the file's position (none on a TUN)
+)
+
+// uringParams is struct io_uring_params.
+type uringParams struct {
+	sqEntries, cqEntries, flags, sqThreadCPU, sqThreadIdle, features, wqFD uint32
+	resv                                                                   [3]uint32
+	sqOff                                                                  uringSQOffsets
+	cqOff                                                                  uringCQOffsets
+}
+
+type uringSQOffsets struct {
+	head, tail, ringMask, ringEntries, flags, dropped, array, resv1 uint32
+	userAddr                                                        uint64
+}
+
+type uringCQOffsets struct {
+	head, tail, ringMask, ringEntries, overflow, cqes, flags, resv1 uint32
+	userAddr                                                        uint64
+}
+
+// uringSQE is struct io_uring_sqe, for the fields a write uses.
+type uringSQE struct {
+	opcode, flags uint8
+	ioprio        uint16
+	fd            int32
+	off, addr     uint64
+	len, rwFlags  uint32
+	userData      uint64
+	_             [24]byte
+}
+
+// uringCQE is struct io_uring_cqe.
+type uringCQE struct {
+	userData uint64
+	res      int32
+	flags    uint32
+}
+
+// txRing is a queue's io_uring for writes: a batch of packets goes to the
+// kernel as linked writev requests (each starts only once the one before
+// it succeeded, so the packets keep their order and the first failure
+// cancels the rest) in one io_uring_enter, instead of one writev(2) each.
+// Without the virtio-net header every packet is one write, and the system
+// call is a large share of what a write costs. One writer at a time holds
+// mu; a writer that finds it held writes with writev instead.
+type txRing struct {
+	mu      sync.Mutex
+	fd      int  // -1 once closed
+	off     bool // the kernel refused io_uring_enter (a seccomp filter): writev from now on
+	ring    []byte
+	sqeMem  []byte
+	sqHead  *uint32
+	sqTail  *uint32
+	sqMask  uint32
+	sqArray []uint32
+	sqes    []uringSQE
+	cqHead  *uint32
+	cqTail  *uint32
+	cqMask  uint32
+	cqes    []uringCQE
+	iov     [txRingIovecs]unix.Iovec
+	results [txRingEntries]int32 // the completions of one trip, in packet order
+}
+
+// newTXRing sets up a ring, or returns nil where the kernel has none
+// (ENOSYS, or io_uring turned off by kernel.io_uring_disabled: EPERM):
+// the queue then writes with writev.
+func newTXRing() *txRing {
+	var p uringParams
+	fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, txRingEntries, uintptr(unsafe.Pointer(&p)), 0)
+	if errno != 0 {
+		return nil
+	}
+	r := &txRing{fd: int(fd)}
+	ok := false
+	defer func() {
+		if !ok {
+			r.close()
+		}
+	}()
+	if p.features&ioringFeatSingleMmap == 0 || p.sqEntries < txRingEntries {
+		return nil // before Linux 5.4
+	}
+	size := max(p.sqOff.array+p.sqEntries*4, p.cqOff.cqes+p.cqEntries*ioringCQESize)
+	m, err := unix.Mmap(r.fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return nil
+	}
+	r.ring = m
+	s, err := unix.Mmap(r.fd, ioringOffSQEs, int(p.sqEntries)*ioringSQESize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return nil
+	}
+	r.sqeMem = s
+	u32 := func(off uint32) *uint32 { return (*uint32)(unsafe.Pointer(&m[off])) }
+	r.sqHead, r.sqTail, r.sqMask = u32(p.sqOff.head), u32(p.sqOff.tail), *u32(p.sqOff.ringMask)
+	r.sqArray = unsafe.Slice(u32(p.sqOff.array), p.sqEntries)
+	r.sqes = unsafe.Slice((*uringSQE)(unsafe.Pointer(&s[0])), p.sqEntries)
+	r.cqHead, r.cqTail, r.cqMask = u32(p.cqOff.head), u32(p.cqOff.tail), *u32(p.cqOff.ringMask)
+	r.cqes = unsafe.Slice((*uringCQE)(unsafe.Pointer(&m[p.cqOff.cqes])), p.cqEntries)
+	ok = true
+	return r
+}
+
+// close unmaps the ring and closes it; a writer holding mu finishes first.
+func (r *txRing) close() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sqeMem != nil {
+		unix.Munmap(r.sqeMem)
+		r.sqeMem = nil
+	}
+	if r.ring != nil {
+		unix.Munmap(r.ring)
+		r.ring = nil
+	}
+	if r.fd >= 0 {
+		unix.Close(r.fd)
+		r.fd = -1
+	}
+	r.sqes, r.cqes, r.sqArray = nil, nil, nil
+}
+
+// write writes pkts (without a virtio-net header) to fd, the queue's
+// descriptor, held by the caller's RawConn, with one io_uring_enter, in
+// order. It returns how many it wrote and the errno of the first
+// that failed (0 if none did), or ok false if the ring cannot be used (it
+// is busy, closed or refused), having written nothing: the caller then
+// writes them with writev. A trip takes at most txRingEntries packets and
+// txRingIovecs pieces; it returns after those it took.
+func (r *txRing) write(fd int, pkts []*stack.PacketBuffer) (n int, errno unix.Errno, ok bool) {
+	if !r.mu.TryLock() {
+		return 0, 0, false
+	}
+	defer r.mu.Unlock()
+	if r.fd < 0 || r.off {
+		return 0, 0, false
+	}
+	tail := *r.sqTail // ours alone: the kernel reads the SQ only inside io_uring_enter
+	iov := 0
+	taken := 0
+	for i, pkt := range pkts[:min(len(pkts), txRingEntries)] {
+		first := iov
+		vl, off := pkt.AsViewList()
+		fits := true
+		for v := vl.Front(); v != nil; v = v.Next() {
+			s := v.AsSlice()
+			if off >= len(s) {
+				off -= len(s)
+				continue
+			}
+			s, off = s[off:], 0
+			if iov == len(r.iov) {
+				fits = false
+				break
+			}
+			r.iov[iov].Base = &s[0]
+			r.iov[iov].SetLen(len(s))
+			iov++
+		}
+		if !fits || iov == first {
+			iov = first
+			break
+		}
+		idx := (tail + uint32(i)) & r.sqMask
+		r.sqes[idx] = uringSQE{
+			opcode:   ioringOpWritev,
+			flags:    iosqeIOLink,
+			fd:       int32(fd),
+			off:      ioringCurrentPos,
+			addr:     uint64(uintptr(unsafe.Pointer(&r.iov[first]))),
+			len:      uint32(iov - first),
+			rwFlags:  rwfNoWait,
+			userData: uint64(i),
+		}
+		r.sqArray[idx] = idx
+		taken++
+	}
+	if taken == 0 {
+		return 0, 0, false
+	}
+	r.sqes[(tail+uint32(taken-1))&r.sqMask].flags = 0 // the chain ends here
+	atomic.StoreUint32(r.sqTail, tail+uint32(taken))
+	submitted, _, e := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(taken), uintptr(taken), ioringEnterGetEvents, 0, 0)
+	if e != 0 {
+		submitted = 0
+	}
+	if int(submitted) < taken {
+		// Take back what the kernel did not consume, so that it never
+		// reads those entries, whose packets go back to the caller.
+		head := atomic.LoadUint32(r.sqHead)
+		atomic.StoreUint32(r.sqTail, head)
+		submitted = uintptr(head - tail)
+		if e == unix.EPERM || e == unix.ENOSYS {
+			r.off = true
+		}
+	}
+	// Reap a completion for every request submitted, waiting for the
+	// ones not yet done (a write the kernel handed to a worker).
+	clear(r.iov[:iov]) // hold no packet's memory past the call
+	results := r.results[:submitted]
+	got := 0
+	for got < int(submitted) {
+		head, ctail := *r.cqHead, atomic.LoadUint32(r.cqTail)
+		for ; head != ctail; head++ {
+			c := &r.cqes[head&r.cqMask]
+			if int(c.userData) < len(results) {
+				results[c.userData] = c.res
+			}
+			got++
+		}
+		atomic.StoreUint32(r.cqHead, head)
+		if got < int(submitted) {
+			unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), 0, uintptr(int(submitted)-got), ioringEnterGetEvents, 0, 0)
+		}
+	}
+	for i, res := range results {
+		if res < 0 {
+			if i == 0 && (res == -int32(unix.EOPNOTSUPP) || res == -int32(unix.EINVAL)) {
+				// The file takes no RWF_NOWAIT, or no io_uring write:
+				// nothing was written, and the ring is of no use.
+				r.off = true
+				return 0, 0, false
+			}
+			return i, unix.Errno(-res), true
+		}
+	}
+	if int(submitted) == 0 {
+		return 0, 0, false
+	}
+	return int(submitted), 0, true
+}
