@@ -90,6 +90,10 @@ type ACKStats struct {
 	// Expired those sent when the delay ran out. The rest were sent
 	// before a later segment of the flow, or dropped at Close.
 	Held, Merged, Expired uint64
+	// Holding is 1 while an ACK is held, 0 otherwise. gVisor counts a
+	// held ACK as sent (its NIC's Tx.Packets) when it is handed over, so
+	// that count is the link's plus Merged plus Holding.
+	Holding uint64
 }
 
 // newACKDelayer returns next behind a delayed ACK of delay. It owns next.
@@ -101,7 +105,14 @@ func newACKDelayer(next gstack.QueueingDiscipline, delay time.Duration) *ackDela
 }
 
 func (a *ackDelayer) stats() ACKStats {
-	return ACKStats{Held: a.heldN.Load(), Merged: a.merged.Load(), Expired: a.expired.Load()}
+	a.mu.Lock()
+	holding := a.held != nil
+	a.mu.Unlock()
+	st := ACKStats{Held: a.heldN.Load(), Merged: a.merged.Load(), Expired: a.expired.Load()}
+	if holding {
+		st.Holding = 1
+	}
+	return st
 }
 
 // tcpSegment returns the TCP header of an outgoing packet and its flow, or
