@@ -68,6 +68,14 @@ type ackDelayer struct {
 	held    *gstack.PacketBuffer // the pure ACK held, with a reference; nil when none
 	heldKey flowKey
 	heldAck uint32
+	heldAt  int64 // when held was taken
+	// armed says the timer is set. It is set once for a run of holds,
+	// not at every hold: resetting a Go timer wakes a thread to watch it
+	// (the runtime's wakeNetPoller), which at one hold per exchange
+	// cost a thread wake-up per transaction. expire re-arms it for what
+	// is left of the delay of the ACK it finds held, so no ACK waits
+	// longer than the delay, and some leave sooner.
+	armed bool
 	// The last pure ACK that left at once, to learn request/response
 	// flows from.
 	lastKey flowKey
@@ -201,10 +209,13 @@ func (a *ackDelayer) WritePacket(pkt *gstack.PacketBuffer) tcpip.Error {
 	switch {
 	case pure && a.held == nil && first == nil && !a.closed && a.rrSet[slot] && a.rr[slot] == k:
 		pkt.IncRef()
-		a.held, a.heldKey, a.heldAck = pkt, k, ack
+		a.held, a.heldKey, a.heldAck, a.heldAt = pkt, k, ack, now
 		a.heldN.Add(1)
+		if !a.armed {
+			a.armed = true
+			a.timer.Reset(a.delay)
+		}
 		a.mu.Unlock()
-		a.timer.Reset(a.delay)
 		return nil
 	case pure:
 		a.lastKey, a.lastAck, a.lastAt = k, ack, now
@@ -227,6 +238,14 @@ func (a *ackDelayer) WritePacket(pkt *gstack.PacketBuffer) tcpip.Error {
 func (a *ackDelayer) expire() {
 	a.mu.Lock()
 	h := a.held
+	if h != nil && !a.closed {
+		if left := a.heldAt + int64(a.delay) - int64(time.Since(a.epoch)); left > 0 {
+			a.timer.Reset(time.Duration(left))
+			a.mu.Unlock()
+			return
+		}
+	}
+	a.armed = false
 	a.held = nil
 	if h != nil {
 		if s := a.heldKey.slot(); a.rr[s] == a.heldKey {
