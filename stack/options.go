@@ -134,6 +134,12 @@ type TCPOptions struct {
 	// lossy link where several losses in a row are likely, a lower ceiling
 	// bounds the stall after them. At least MinRTO.
 	MaxRTO time.Duration
+	// DelayedACK is how long a NIC holds a pure ACK of a flow that has
+	// shown itself request/response, for the flow's next segment to carry
+	// it, as Linux's delayed ACK does (gVisor sends every ACK at once). 0
+	// means DefaultDelayedACK; a negative value sends every ACK at once.
+	// See ackDelayer for which ACKs are held.
+	DelayedACK time.Duration
 	// SendBuffer and ReceiveBuffer bound the per-connection buffers in
 	// bytes. Default 4 KiB / 1 MiB / 8 MiB for both: gVisor caps them at
 	// 4 MiB, which limits one connection to 4 MiB per round trip (3.2

@@ -33,6 +33,7 @@ type Stack struct {
 	cache      bool           // conns keep their scratch (Options.Cache)
 	dns        *resolver      // Options.DNS behind Resolver (resolve.go)
 	relay      *relayHandlers // Options.Relay: nil when off
+	delayedACK time.Duration  // TCPOptions.DelayedACK with its default; <= 0: off
 
 	mu     sync.Mutex // guards nics and closed
 	nics   []*nic
@@ -46,6 +47,7 @@ type nic struct {
 	qdisc string
 	ep    gstack.LinkEndpoint
 	qd    gstack.QueueingDiscipline // nil for sched.None
+	ack   *ackDelayer               // nil when delayed ACKs are off
 }
 
 // New builds a stack with IPv4, IPv6, ARP, ICMPv4/v6, TCP and UDP and no
@@ -88,7 +90,10 @@ func New(opts *Options) (*Stack, error) {
 	if o.UDPWait == 0 {
 		o.UDPWait = DefaultUDPWait
 	}
-	st := &Stack{s: s, udpRecvErr: o.UDPRecvErr, udpWait: o.UDPWait, poller: p, cache: o.Cache.On()}
+	if tcpOpts.DelayedACK == 0 {
+		tcpOpts.DelayedACK = DefaultDelayedACK
+	}
+	st := &Stack{s: s, udpRecvErr: o.UDPRecvErr, udpWait: o.UDPWait, poller: p, cache: o.Cache.On(), delayedACK: tcpOpts.DelayedACK}
 	st.dns = newResolver(st, o.DNS)
 	if o.Relay {
 		st.relay = installRelayHandlers(s)
@@ -150,13 +155,25 @@ func (s *Stack) AddNIC(ep gstack.LinkEndpoint, opts *NICOptions) (tcpip.NICID, e
 			return 0, fmt.Errorf("add NIC %q: %w", o.Name, err)
 		}
 	}
-	if err := s.s.CreateNICWithOptions(id, ep, gstack.NICOptions{Name: o.Name, QDisc: qd}); err != nil {
+	// The delayed ACK stands in front of the discipline (or of the link,
+	// for sched.None) and owns it.
+	outer := qd
+	var ack *ackDelayer
+	if s.delayedACK > 0 {
+		var next gstack.QueueingDiscipline = linkQdisc{ep}
 		if qd != nil {
-			qd.Close()
+			next = qd
+		}
+		ack = newACKDelayer(next, s.delayedACK)
+		outer = ack
+	}
+	if err := s.s.CreateNICWithOptions(id, ep, gstack.NICOptions{Name: o.Name, QDisc: outer}); err != nil {
+		if outer != nil {
+			outer.Close()
 		}
 		return 0, fmt.Errorf("add NIC %q: %s", o.Name, err)
 	}
-	s.nics = append(s.nics, &nic{id: id, name: o.Name, qdisc: o.Qdisc, ep: ep, qd: qd})
+	s.nics = append(s.nics, &nic{id: id, name: o.Name, qdisc: o.Qdisc, ep: ep, qd: qd, ack: ack})
 	if src, ok := ep.(poll.Source); ok && s.poller.Enabled() {
 		s.poller.Add(src)
 	}

@@ -301,7 +301,15 @@ func TestStatsAccounting(t *testing.T) {
 	// still holds, or dropped with a reason (no impairment here).
 	backlog := uint64(p.LinkB.Backlog())
 	require.Equal(t, na.Link.TXPackets, nb.Link.RXPackets+backlog+nb.Link.RXDetached+nb.Link.RXMalformed)
-	require.Equal(t, na.GVisor["Tx.Packets"], na.Link.TXPackets, "gVisor's NIC count matches the link's")
+	// gVisor counts a pure ACK as sent when the delayed ACK takes it:
+	// those an answer carried never reach the link, and one still held
+	// only when its delay runs out, so wait for none to be held.
+	require.Eventually(t, func() bool {
+		na, _ := p.A.Stats().NIC("a")
+		return na.DelayedACK.Holding == 0
+	}, 10*time.Second, time.Millisecond)
+	na, _ = p.A.Stats().NIC("a")
+	require.Equal(t, na.GVisor["Tx.Packets"], na.Link.TXPackets+na.DelayedACK.Merged, "gVisor's NIC count matches the link's, less the ACKs answers carried")
 }
 
 // TestUDPRecvErrReleasesErrorQueue provokes ICMP port-unreachable errors at
@@ -341,6 +349,70 @@ func TestQdiscBackpressureThroughStack(t *testing.T) {
 			require.Positive(t, qs.WritableWakeups, "the link said when it had room")
 			require.Equal(t, qs.Enqueued, qs.Sent+qs.Dropped.Total()+uint64(qs.Backlog))
 			require.Equal(t, nic.Link.TXPackets, qs.Sent, "what the qdisc sent, the link took")
+		})
+	}
+}
+
+// TestDelayedACKRequestResponse: on a request/response exchange the
+// answers carry the ACKs of the requests they answer (the NICs merge
+// pure ACKs), every byte arrives, and with DelayedACK negative no ACK
+// is held.
+func TestDelayedACKRequestResponse(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration
+	}{{"default", 0}, {"off", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tcpOpts := stack.DefaultTCPOptions()
+			tcpOpts.DelayedACK = tc.delay
+			p := stacktest.New(t, &stacktest.Options{Stack: &stack.Options{TCP: &tcpOpts}})
+			ln, err := p.B.ListenTCP(netip.AddrPortFrom(stacktest.B4, 7))
+			require.NoError(t, err)
+			defer ln.Close()
+			done := make(chan error, 1)
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					done <- err
+					return
+				}
+				defer c.Close()
+				b := make([]byte, 1)
+				for {
+					if _, err := c.Read(b); err != nil {
+						done <- nil
+						return
+					}
+					b[0]++
+					if _, err := c.Write(b); err != nil {
+						done <- err
+						return
+					}
+				}
+			}()
+			c, err := p.A.DialTCP(context.Background(), netip.AddrPortFrom(stacktest.B4, 7))
+			require.NoError(t, err)
+			b := []byte{0}
+			for i := range 2000 {
+				_, err := c.Write([]byte{byte(i)})
+				require.NoError(t, err)
+				_, err = c.Read(b)
+				require.NoError(t, err)
+				require.Equal(t, byte(i+1), b[0])
+			}
+			require.NoError(t, c.Close())
+			require.NoError(t, <-done)
+			var merged uint64
+			for _, s := range []*stack.Stack{p.A, p.B} {
+				for _, n := range s.Stats().NICs {
+					merged += n.DelayedACK.Merged
+				}
+			}
+			if tc.delay < 0 {
+				require.Zero(t, merged)
+			} else {
+				require.NotZero(t, merged, "no answer carried a held ACK")
+			}
 		})
 	}
 }

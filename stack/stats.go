@@ -38,6 +38,9 @@ type NICStats struct {
 	// and fifo do not.
 	QdiscStats    sched.Stats
 	HasQdiscStats bool
+	// DelayedACK holds what the NIC's delayed ACK did (zero when
+	// TCPOptions.DelayedACK is off).
+	DelayedACK ACKStats
 	// GVisor holds gVisor's per-NIC counters (tcpip.NICStats) by field
 	// path, such as "Tx.Packets" or "TxPacketsDroppedNoBufferSpace".
 	GVisor map[string]uint64
@@ -78,6 +81,9 @@ func (s *Stack) Stats() Stats {
 		}
 		if r, ok := n.qd.(sched.Reporter); ok {
 			ns.QdiscStats, ns.HasQdiscStats = r.QdiscStats(), true
+		}
+		if n.ack != nil {
+			ns.DelayedACK = n.ack.stats()
 		}
 		if i, ok := info[n.id]; ok {
 			flatten(reflect.ValueOf(&i.Stats).Elem(), "", ns.GVisor)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,6 +63,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		busyPoll = fs.String("busypoll", "off", "ustack hosts' busy polling, comma-separated modes to compare: off, on:<us>, spin:<us> (ignores runnable goroutines; for comparison), adaptive[:<us>]")
 		caches   = fs.String("cache", "default", "ustack hosts' buffer caches, comma-separated settings to compare: on, off, default ("+stack.DefaultCache.String()+")")
 		contend  = fs.Bool("contention", false, "after the table, print each cell's qdisc counters, lock contention and WritePacket latency histogram (JSON always carries them)")
+		cpuPath  = fs.String("cpuprofile", "", "write a CPU profile of the whole run (every cell, both hosts and the harness) to this file")
+		trace    = fs.String("trace", "", "write an execution trace of the whole run to this file (go tool trace; large: run one short cell)")
+		procs    = fs.Int("procs", 0, "GOMAXPROCS for the run (0: Go's default, one per CPU); every host and the harness share this process, so the kernel's side gets the same")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: ustack bench [flags]\n\nRuns netperf-style tests between two ustack hosts in this process and\nprints one row per configuration (medians of -count runs, alternated).\n\nFlags:\n")
@@ -114,6 +118,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		if len(p.Caches) == 0 {
 			return p, usageError{errors.New("-cache: give at least one setting (on, off, default)")}
 		}
+		if *procs < 0 {
+			return p, usageError{fmt.Errorf("-procs %d: must be 0 (Go's default) or more", *procs)}
+		}
 		if *count < 0 {
 			return p, usageError{fmt.Errorf("-count %d: must be 0 (automatic) or more", *count)}
 		}
@@ -165,6 +172,15 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 
+	if *procs > 0 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(*procs))
+	}
+	stopProfiles, err := startProfiles(*cpuPath, *trace)
+	if err != nil {
+		fmt.Fprintf(stderr, "ustack bench: %v\n", err)
+		return 1
+	}
+	defer stopProfiles()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	progress := progressFor(plan, stderr)

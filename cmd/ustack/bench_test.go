@@ -172,3 +172,25 @@ func TestBenchWG(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.Contains(t, errs, "kernel end")
 }
+
+// TestBenchProfiles: -cpuprofile and -trace write their files for a run,
+// and a profile file that cannot be created fails the command, naming the
+// flag.
+func TestBenchProfiles(t *testing.T) {
+	dir := t.TempDir()
+	cpu, tr := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "trace.out")
+	code, _, errs := runCmd("bench", "-link", "mem", "-test", "tcp_rr", "-senders", "1", "-qdisc", "none", "-count", "1", "-duration", "50ms", "-procs", "1", "-cpuprofile", cpu, "-trace", tr)
+	require.Equal(t, 0, code, errs)
+	for _, f := range []string{cpu, tr} {
+		fi, err := os.Stat(f)
+		require.NoError(t, err)
+		require.NotZero(t, fi.Size(), f)
+	}
+	bad := filepath.Join(dir, "no", "such", "dir", "cpu.pprof")
+	code, _, errs = runCmd("bench", "-link", "mem", "-test", "tcp_rr", "-senders", "1", "-qdisc", "none", "-count", "1", "-duration", "50ms", "-cpuprofile", bad)
+	require.Equal(t, 1, code)
+	require.Contains(t, errs, "-cpuprofile")
+	code, _, errs = runCmd("bench", "-procs", "-1")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "-procs")
+}

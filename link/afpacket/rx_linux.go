@@ -172,9 +172,16 @@ func (q *queue) rxLoop() {
 		n        int
 		errno    unix.Errno
 		deferred bool
+		down     bool // the interface went down: reads have a deadline
 	)
 	// read returns true holding q.gate.Owner, unless it found the queue
-	// deferred to busy pollers.
+	// deferred to busy pollers. A recvmmsg round that came back short
+	// drained the socket: read delivers it itself and waits for the next
+	// frame in the same poller wait (false), without the recvmmsg that
+	// would only have said EAGAIN. No frame is missed: the poller's
+	// readiness was reset when this wait began, before that recvmmsg, and
+	// every frame queued after it signals readiness again (Go's poller is
+	// edge-triggered per frame on a packet socket).
 	read := func(fd uintptr) bool {
 		if q.gate.Deferring() {
 			deferred = true
@@ -195,9 +202,14 @@ func (q *queue) rxLoop() {
 			return false
 		}
 		q.gate.Received()
+		if errno == 0 && r != nil && n < len(r.msgs) && !down {
+			q.deliver(r, n)
+			q.parkLanding()
+			q.gate.Owner.Unlock()
+			return false
+		}
 		return true
 	}
-	down := false
 	for {
 		if !q.gate.WaitTurn(q.e.stop) {
 			return
