@@ -81,10 +81,13 @@ type ackDelayer struct {
 	lastKey flowKey
 	lastAck uint32
 	lastAt  int64
-	rr      [ackSlots]flowKey // request/response flows, direct-mapped
-	rrSet   [ackSlots]bool
-	closed  bool
-	writing sync.WaitGroup // timer flushes in progress
+	// watching is held != nil || lastKey is set, for the lock-free look
+	// of WritePacket; written under mu.
+	watching atomic.Bool
+	rr       [ackSlots]flowKey // request/response flows, direct-mapped
+	rrSet    [ackSlots]bool
+	closed   bool
+	writing  sync.WaitGroup // timer flushes in progress
 
 	heldN, merged, expired atomic.Uint64
 }
@@ -123,35 +126,41 @@ func (a *ackDelayer) stats() ACKStats {
 	return st
 }
 
-// tcpSegment returns the TCP header of an outgoing packet and its flow, or
-// ok false for anything else.
-func tcpSegment(pkt *gstack.PacketBuffer) (t header.TCP, k flowKey, ok bool) {
+// tcpHeader returns the TCP header of an outgoing packet, or nil for
+// anything else.
+func tcpHeader(pkt *gstack.PacketBuffer) header.TCP {
 	if pkt.TransportProtocolNumber != header.TCPProtocolNumber {
-		return nil, k, false
+		return nil
 	}
-	t = header.TCP(pkt.TransportHeader().Slice())
+	t := header.TCP(pkt.TransportHeader().Slice())
 	if len(t) < header.TCPMinimumSize {
-		return nil, k, false
+		return nil
 	}
+	return t
+}
+
+// flowOf returns the flow of an outgoing TCP segment whose header is t, or
+// ok false if its network header is not one.
+func flowOf(pkt *gstack.PacketBuffer, t header.TCP) (k flowKey, ok bool) {
 	nh := pkt.NetworkHeader().Slice()
 	switch pkt.NetworkProtocolNumber {
 	case header.IPv4ProtocolNumber:
 		if len(nh) < header.IPv4MinimumSize {
-			return nil, k, false
+			return k, false
 		}
 		ip := header.IPv4(nh)
 		k.src, k.dst = ip.SourceAddress(), ip.DestinationAddress()
 	case header.IPv6ProtocolNumber:
 		if len(nh) < header.IPv6MinimumSize {
-			return nil, k, false
+			return k, false
 		}
 		ip := header.IPv6(nh)
 		k.src, k.dst = ip.SourceAddress(), ip.DestinationAddress()
 	default:
-		return nil, k, false
+		return k, false
 	}
 	k.sport, k.dport = t.SourcePort(), t.DestinationPort()
-	return t, k, true
+	return k, true
 }
 
 // pureACK reports whether t is an ACK alone: no data, no other flag, no
@@ -184,11 +193,21 @@ func pureACK(pkt *gstack.PacketBuffer, t header.TCP) bool {
 
 // WritePacket implements gstack.QueueingDiscipline.
 func (a *ackDelayer) WritePacket(pkt *gstack.PacketBuffer) tcpip.Error {
-	t, k, ok := tcpSegment(pkt)
-	if !ok {
+	t := tcpHeader(pkt)
+	if t == nil {
 		return a.next.WritePacket(pkt)
 	}
 	pure := pureACK(pkt, t)
+	// Any other segment matters only while an ACK is held or a pure ACK
+	// waits to see whether its flow answers: a bulk sender's segments
+	// pass with no lock and no clock (BenchmarkACKDelayer/data).
+	if !pure && !a.watching.Load() {
+		return a.next.WritePacket(pkt)
+	}
+	k, ok := flowOf(pkt, t)
+	if !ok {
+		return a.next.WritePacket(pkt)
+	}
 	ack := t.AckNumber()
 	now := int64(time.Since(a.epoch))
 	slot := k.slot()
@@ -215,6 +234,7 @@ func (a *ackDelayer) WritePacket(pkt *gstack.PacketBuffer) tcpip.Error {
 			a.armed = true
 			a.timer.Reset(a.delay)
 		}
+		a.watchLocked()
 		a.mu.Unlock()
 		return nil
 	case pure:
@@ -224,13 +244,22 @@ func (a *ackDelayer) WritePacket(pkt *gstack.PacketBuffer) tcpip.Error {
 		// its last pure ACK was for nothing.
 		a.rr[slot], a.rrSet[slot] = k, true
 		a.lastKey = flowKey{}
+	case now-a.lastAt > int64(a.delay):
+		a.lastKey = flowKey{} // no answer came in time: stop watching
 	}
+	a.watchLocked()
 	a.mu.Unlock()
 	if first != nil {
 		a.next.WritePacket(first)
 		first.DecRef()
 	}
 	return a.next.WritePacket(pkt)
+}
+
+// watchLocked publishes whether segments other than pure ACKs need a
+// look (see WritePacket); the caller holds mu.
+func (a *ackDelayer) watchLocked() {
+	a.watching.Store(a.held != nil || a.lastKey != (flowKey{}))
 }
 
 // expire sends the held ACK when the delay ran out, and forgets its flow
@@ -254,6 +283,7 @@ func (a *ackDelayer) expire() {
 		a.expired.Add(1)
 		a.writing.Add(1)
 	}
+	a.watchLocked()
 	a.mu.Unlock()
 	if h != nil {
 		a.next.WritePacket(h)
@@ -270,6 +300,7 @@ func (a *ackDelayer) Close() {
 	a.closed = true
 	h := a.held
 	a.held = nil
+	a.watchLocked()
 	a.mu.Unlock()
 	a.timer.Stop()
 	if h != nil {

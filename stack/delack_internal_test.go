@@ -41,12 +41,19 @@ func (r *recordQdisc) sent() []string {
 // with payload bytes of data and opts as its options.
 func segment(t *testing.T, a *ackDelayer, sport uint16, flags header.TCPFlags, ack uint32, payload int, opts []byte) {
 	t.Helper()
+	pkt := tcpPacket(sport, flags, ack, payload, opts)
+	defer pkt.DecRef()
+	require.Nil(t, a.WritePacket(pkt))
+}
+
+// tcpPacket builds one outgoing TCP/IPv4 segment of port sport, with
+// payload bytes of data and opts as its options.
+func tcpPacket(sport uint16, flags header.TCPFlags, ack uint32, payload int, opts []byte) *gstack.PacketBuffer {
 	thl := header.TCPMinimumSize + len(opts)
 	pkt := gstack.NewPacketBuffer(gstack.PacketBufferOptions{
 		ReserveHeaderBytes: header.IPv4MinimumSize + thl,
 		Payload:            buffer.MakeWithData(make([]byte, payload)),
 	})
-	defer pkt.DecRef()
 	tcp := header.TCP(pkt.TransportHeader().Push(thl))
 	tcp.Encode(&header.TCPFields{SrcPort: sport, DstPort: 80, SeqNum: 1, AckNum: ack, DataOffset: uint8(thl), Flags: flags, WindowSize: 1000})
 	copy(tcp[header.TCPMinimumSize:], opts)
@@ -60,7 +67,7 @@ func segment(t *testing.T, a *ackDelayer, sport uint16, flags header.TCPFlags, a
 		DstAddr:     tcpip.AddrFrom4([4]byte{198, 18, 0, 2}),
 	})
 	pkt.NetworkProtocolNumber = header.IPv4ProtocolNumber
-	require.Nil(t, a.WritePacket(pkt))
+	return pkt
 }
 
 const ack, psh = header.TCPFlagAck, header.TCPFlagAck | header.TCPFlagPsh
@@ -138,4 +145,68 @@ func TestACKDelayerClose(t *testing.T) {
 	a.Close()
 	require.True(t, rec.closed)
 	require.Equal(t, []string{"A 100", "PA 100"}, rec.sent())
+}
+
+// discardQdisc takes every packet and keeps none.
+type discardQdisc struct{}
+
+func (discardQdisc) WritePacket(*gstack.PacketBuffer) tcpip.Error { return nil }
+func (discardQdisc) Close()                                       {}
+
+// BenchmarkACKDelayer is the delayed ACK's cost on the path of every TCP
+// packet, against the discipline behind it alone (direct): a bulk
+// sender's data segments, which it only inspects, and a request/response
+// exchange, whose pure ACK it holds until the answer carries it.
+func BenchmarkACKDelayer(b *testing.B) {
+	data := tcpPacket(1000, psh, 100, 1448, nil)
+	defer data.DecRef()
+	pure := tcpPacket(1000, ack, 100, 0, nil)
+	defer pure.DecRef()
+	b.Run("direct", func(b *testing.B) {
+		var q gstack.QueueingDiscipline = discardQdisc{}
+		b.ReportAllocs()
+		for b.Loop() {
+			q.WritePacket(data)
+		}
+	})
+	b.Run("data", func(b *testing.B) {
+		a := newACKDelayer(discardQdisc{}, time.Hour)
+		defer a.Close()
+		b.ReportAllocs()
+		for b.Loop() {
+			a.WritePacket(data)
+		}
+	})
+	b.Run("exchange", func(b *testing.B) {
+		a := newACKDelayer(discardQdisc{}, time.Hour)
+		defer a.Close()
+		a.WritePacket(pure)
+		a.WritePacket(data) // the flow answers: request/response from now on
+		b.ReportAllocs()
+		for b.Loop() {
+			a.WritePacket(pure) // held
+			a.WritePacket(data) // carries it: dropped
+		}
+		if a.merged.Load() == 0 {
+			b.Fatal("no ACK was held and carried")
+		}
+	})
+}
+
+// TestACKDelayerStopsWatching: a pure ACK whose flow did not answer within
+// the delay is forgotten at the next segment, which then learns nothing,
+// and segments pass without a look again until the next pure ACK.
+func TestACKDelayerStopsWatching(t *testing.T) {
+	rec := &recordQdisc{}
+	a := newACKDelayer(rec, time.Millisecond)
+	defer a.Close()
+	require.False(t, a.watching.Load(), "nothing to watch yet")
+	segment(t, a, 1000, ack, 100, 0, nil)
+	require.True(t, a.watching.Load(), "waiting to see whether the flow answers")
+	time.Sleep(5 * time.Millisecond) // longer than the delay
+	segment(t, a, 1000, psh, 100, 1, nil)
+	require.False(t, a.watching.Load(), "the answer came too late: watching stopped")
+	segment(t, a, 1000, ack, 200, 0, nil) // not request/response: at once
+	require.Equal(t, []string{"A 100", "PA 100", "A 200"}, rec.sent())
+	require.Zero(t, a.stats().Held)
 }
