@@ -102,6 +102,10 @@ type Config struct {
 	// AFPacket and Tun tune the device endpoints; nil means defaults.
 	AFPacket *afpacket.Options
 	Tun      *tun.Options
+	// TCP tunes the TCP of the ustack hosts the bench builds (mem, veth,
+	// tun; wg's hosts are wgnet's own); nil means stack.DefaultTCPOptions.
+	// DelayedACK -1 there gives gVisor's stock ACKs, for comparison.
+	TCP *stack.TCPOptions
 }
 
 func (c Config) mtu() int {
@@ -210,6 +214,7 @@ type Plan struct {
 	Impair       link.Impairments
 	AFPacket     *afpacket.Options
 	Tun          *tun.Options
+	TCP          *stack.TCPOptions
 }
 
 // Cells returns the plan's configurations in report order: by link, then
@@ -243,7 +248,7 @@ func (p Plan) Cells() []Config {
 					for _, n := range p.Senders {
 						for _, cm := range caches {
 							cells = append(cells, Config{Test: t, Link: l, Qdisc: q, BusyPoll: bp, Cache: cm, Senders: n, Size: p.Size, Duration: p.Duration,
-								Mem: p.Mem, QdiscOptions: p.QdiscOptions, Reverse: p.Reverse, MTU: p.MTU, Impair: p.Impair, AFPacket: p.AFPacket, Tun: p.Tun})
+								Mem: p.Mem, QdiscOptions: p.QdiscOptions, Reverse: p.Reverse, MTU: p.MTU, Impair: p.Impair, AFPacket: p.AFPacket, Tun: p.Tun, TCP: p.TCP})
 						}
 					}
 				}

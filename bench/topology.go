@@ -75,7 +75,7 @@ func newTopology(c Config) (*topology, error) {
 func ustackHost(c Config, ep gstack.LinkEndpoint, addr netip.Prefix) (*stack.Stack, tcpip.NICID, error) {
 	// Senders must learn when the NIC refuses a datagram, so that
 	// sent_pps counts what the stack took, not what it dropped at once.
-	s, err := stack.New(&stack.Options{UDPRecvErr: true, BusyPoll: c.BusyPoll, Cache: c.Cache})
+	s, err := stack.New(&stack.Options{UDPRecvErr: true, BusyPoll: c.BusyPoll, Cache: c.Cache, TCP: c.TCP})
 	if err != nil {
 		ep.Close()
 		return nil, 0, err

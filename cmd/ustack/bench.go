@@ -49,6 +49,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		impair   = fs.String("impair", "none", "faults on ustack's link, e.g. loss=5%,dup=1%,reorder=1%,corrupt=0.1%,delay=1ms,jitter=100us,seed=1")
 		mtu      = fs.Int("mtu", mem.DefaultMTU, fmt.Sprintf("link MTU (%d to %d; wg, wg-netstack: of the wire under the tunnel, whose TUNs get 80 less)", tun.MinMTU, tun.MaxMTU))
 		reverse  = fs.Bool("reverse", false, "veth, tun, kveth: the Linux stack is the client (ustack receives the stream, answers requests)")
+		delACK   = fs.Bool("delayed-ack", true, "ustack hosts hold a request/response flow's pure ACK for its answer to carry (stack.TCPOptions.DelayedACK); false sends every ACK at once, as gVisor does")
 		offload  = fs.Bool("offload", true, "veth, tun: virtio-net header offloads (checksum, GSO) between ustack and the kernel")
 		txBatch  = fs.Int("tx-batch", 0, "veth: packets per sendmmsg (1: one syscall per packet; 0: the default batch)")
 		queues   = fs.Int("queues", 1, "veth, tun: device queues (PACKET_FANOUT sockets, TUN queues)")
@@ -146,6 +147,11 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			return p, usageError{fmt.Errorf("-tx-batch %d, -queues %d: must be at least 0 and 1", *txBatch, *queues)}
 		}
 		p.Reverse = *reverse
+		if !*delACK {
+			tcp := stack.DefaultTCPOptions()
+			tcp.DelayedACK = -1
+			p.TCP = &tcp
+		}
 		p.AFPacket = &afpacket.Options{NoOffload: !*offload, TXBatch: *txBatch, Queues: *queues}
 		p.Tun = &tun.Options{NoOffload: !*offload, Queues: *queues}
 		if slices.Contains(p.Links, "mem") {

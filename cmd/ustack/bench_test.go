@@ -194,3 +194,30 @@ func TestBenchProfiles(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.Contains(t, errs, "-procs")
 }
+
+// TestBenchDelayedACK: -delayed-ack=false gives the ustack hosts gVisor's
+// stock ACKs, a pure ACK for every answer, so tcp_rr's client sends more
+// packets per transaction than with the delayed ACK, whose answers carry
+// their ACK.
+func TestBenchDelayedACK(t *testing.T) {
+	perTransaction := func(args ...string) float64 {
+		t.Helper()
+		args = append([]string{"bench", "-json", "-link", "mem", "-test", "tcp_rr", "-senders", "1", "-qdisc", "none", "-count", "1", "-duration", "300ms"}, args...)
+		code, out, errs := runCmd(args...)
+		require.Equal(t, 0, code, errs)
+		var doc struct {
+			Results []struct {
+				SentPPS float64 `json:"sent_pps"`
+				TPS     float64 `json:"tps"`
+			} `json:"results"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
+		require.Len(t, doc.Results, 1)
+		r := doc.Results[0]
+		require.Positive(t, r.TPS)
+		return r.SentPPS / r.TPS
+	}
+	on, off := perTransaction(), perTransaction("-delayed-ack=false")
+	t.Logf("client packets per transaction: delayed ACK %.2f, stock %.2f", on, off)
+	require.Less(t, on, off, "client packets per transaction: delayed ACK %.2f, stock %.2f", on, off)
+}
