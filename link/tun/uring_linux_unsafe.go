@@ -180,27 +180,11 @@ func (r *txRing) write(fd int, pkts []*stack.PacketBuffer) (n int, errno unix.Er
 	taken := 0
 	for i, pkt := range pkts[:min(len(pkts), txRingEntries)] {
 		first := iov
-		vl, off := pkt.AsViewList()
-		fits := true
-		for v := vl.Front(); v != nil; v = v.Next() {
-			s := v.AsSlice()
-			if off >= len(s) {
-				off -= len(s)
-				continue
-			}
-			s, off = s[off:], 0
-			if iov == len(r.iov) {
-				fits = false
-				break
-			}
-			r.iov[iov].Base = &s[0]
-			r.iov[iov].SetLen(len(s))
-			iov++
-		}
-		if !fits || iov == first {
-			iov = first
+		end, fits := appendViews(r.iov[:], iov, pkt)
+		if !fits || end == first {
 			break
 		}
+		iov = end
 		idx := (tail + uint32(i)) & r.sqMask
 		r.sqes[idx] = uringSQE{
 			opcode:   ioringOpWritev,

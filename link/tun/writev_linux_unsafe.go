@@ -28,6 +28,22 @@ func writePacket(fd int, hdr []byte, pkt *stack.PacketBuffer) unix.Errno {
 		iov[0].SetLen(len(hdr))
 		n = 1
 	}
+	n, fits := appendViews(iov[:], n, pkt)
+	if !fits {
+		return writeFlat(fd, hdr, pkt)
+	}
+	if n == 0 {
+		return unix.EINVAL
+	}
+	_, _, errno := unix.Syscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(n))
+	return errno
+}
+
+// appendViews points iov[n:] at the packet's bytes, one iovec per view,
+// and returns how many of iov are then in use; fits is false if the views
+// do not fit in iov (the caller then writes the packet another way). The
+// iovecs point into the packet, which must outlive their use.
+func appendViews(iov []unix.Iovec, n int, pkt *stack.PacketBuffer) (int, bool) {
 	vl, off := pkt.AsViewList()
 	for v := vl.Front(); v != nil; v = v.Next() {
 		s := v.AsSlice()
@@ -37,17 +53,13 @@ func writePacket(fd int, hdr []byte, pkt *stack.PacketBuffer) unix.Errno {
 		}
 		s, off = s[off:], 0
 		if n == len(iov) {
-			return writeFlat(fd, hdr, pkt)
+			return n, false
 		}
 		iov[n].Base = &s[0]
 		iov[n].SetLen(len(s))
 		n++
 	}
-	if n == 0 {
-		return unix.EINVAL
-	}
-	_, _, errno := unix.Syscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(n))
-	return errno
+	return n, true
 }
 
 // writeFlat writes a packet in more than txIovecs pieces from one flat
