@@ -274,14 +274,7 @@ func BenchmarkRelayPingPong(b *testing.B) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(b, err)
 	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		io.Copy(c, c)
-	}()
+	go xfer.EchoStreams(ln)
 	pol := &Policy{HostLoopback: []netip.Addr{gateway}, AllowHostLoopback: true}
 	e := newEnv(b, Relay(&net.Dialer{}, pol), nil)
 	c, err := e.A.DialTCP(context.Background(), netip.AddrPortFrom(gateway, uint16(ln.Addr().(*net.TCPAddr).Port)))

@@ -170,15 +170,7 @@ func childMain(mode string, args []string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() { io.Copy(c, c); c.Close() }()
-			}
-		}()
+		go xfer.EchoStreams(ln)
 		go xfer.EchoPackets(pc)
 		fmt.Println("ready")
 		io.Copy(io.Discard, os.Stdin)

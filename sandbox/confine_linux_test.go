@@ -17,6 +17,8 @@ import (
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/ustack-dev/ustack/internal/xfer"
 )
 
 // confineChildEnv makes the test binary, re-executed, confine itself and
@@ -107,13 +109,7 @@ func confinedChild() error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(c, c); c.Close() }()
-		}
+		xfer.EchoStreams(ln)
 	}()
 	errc := make(chan error, 64)
 	var clients sync.WaitGroup

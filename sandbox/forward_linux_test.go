@@ -191,14 +191,7 @@ func BenchmarkForwardPingPong(b *testing.B) {
 	ln, err := e.inside.ListenTCP(netip.AddrPortFrom(e.s.cfg.Addr4.Addr(), 7000))
 	require.NoError(b, err)
 	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		io.Copy(c, c)
-	}()
+	go xfer.EchoStreams(ln)
 	require.NoError(b, e.s.startForward(Forward{Host: netip.MustParseAddrPort("127.0.0.1:0"), Port: 7000}))
 	c, err := net.Dial("tcp", e.s.ForwardAddrs()[0].String())
 	require.NoError(b, err)

@@ -136,6 +136,25 @@ func EchoPackets(pc net.PacketConn) error {
 	}
 }
 
+// EchoStreams accepts connections on ln until it is closed or Accept
+// fails, and returns that error: each connection gets back everything it
+// sends, from a goroutine of its own that closes it at the sender's EOF.
+// The body of every TCP echo server of the tests, as EchoPackets is of the
+// UDP ones; a test starts it on a goroutine and stops it by closing ln
+// and its clients.
+func EchoStreams(ln net.Listener) error {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			io.Copy(c, c)
+			c.Close()
+		}()
+	}
+}
+
 // RoundTrip writes msg to first, reads it whole from second, writes it
 // back and reads it whole from first again: one request and its echo
 // over a pair of connected streams, the way a parked relay is woken from
