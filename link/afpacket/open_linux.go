@@ -297,16 +297,18 @@ func newEndpoint(ifname string, ifindex int, mtu uint32, addr tcpip.LinkAddress,
 		q := &queue{e: e, idx: i, file: f, rc: rc}
 		q.gro.Init(!o.NoGRO)
 		q.gro.SetRounds(&e.rounds)
+		// Every queue transmits, whatever it receives with: a refused
+		// write starts the watcher.
+		q.startWatch = func() {
+			e.wg.Add(1)
+			go q.watchLoop()
+		}
 		if i < len(rings) {
 			q.ring = rings[i]
 			q.ringFrame = q.receive
 			e.queues = append(e.queues, q)
 			e.gates = append(e.gates, &e.queues[i].gate)
 			continue // the ring is the landing area
-		}
-		q.startWatch = func() {
-			e.wg.Add(1)
-			go q.watchLoop()
 		}
 		if o.NoCache {
 			q.rxb = newRXBatch(o.RXBatch, !e.vnetHdr)
