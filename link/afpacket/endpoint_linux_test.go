@@ -36,7 +36,7 @@ var _ sched.WritableNotifier = (*Endpoint)(nil)
 // returns it with the far ends, where the test plays the wire. sndBuf, if
 // not zero, sets the endpoint sockets' send buffers; rings, if given, are
 // the queues' receive rings.
-func testEndpoint(t testing.TB, o *Options, sndBuf int, rings ...*ring) (*Endpoint, []int) {
+func testEndpoint(t testing.TB, o *Options, sndBuf int, rings ...rxRing) (*Endpoint, []int) {
 	t.Helper()
 	opts, err := o.normalize()
 	require.NoError(t, err)
@@ -321,15 +321,15 @@ func TestTXBatchSize(t *testing.T) {
 func TestTXBackpressure(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		rings []*ring
-	}{{"recvmmsg", nil}, {"block ring", []*ring{{}}}} {
+		rings []rxRing
+	}{{"recvmmsg", nil}, {"block ring", []rxRing{{blocks: &ring{}}}}, {"slot ring", []rxRing{{slots: &slotRing{}}}}} {
 		// A queue that receives from a ring transmits all the same
 		// (its unmapped ring is never read: nothing is attached).
 		t.Run(tc.name, func(t *testing.T) { testTXBackpressure(t, tc.rings) })
 	}
 }
 
-func testTXBackpressure(t *testing.T, rings []*ring) {
+func testTXBackpressure(t *testing.T, rings []rxRing) {
 	e, far := testEndpoint(t, nil, 16<<10, rings...)
 	var notified atomic.Int32
 	wake := make(chan struct{}, 16)

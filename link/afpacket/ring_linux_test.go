@@ -201,12 +201,12 @@ func TestRingRoundAllocs(t *testing.T) {
 
 // BenchmarkRXRound measures one receive round of 64 full-sized segments of
 // one flow, without the virtio-net header, up to a dispatcher that counts
-// them: from a TPACKET_V3 block and from a recvmmsg landing batch (frames
-// already in place: the system calls are not measured), with GRO on and
-// off.
+// them: from a TPACKET_V3 block, from TPACKET_V2 slots and from a recvmmsg
+// landing batch (frames already in place: the system calls are not
+// measured), with GRO on and off.
 func BenchmarkRXRound(b *testing.B) {
 	const n = 64
-	for _, mode := range []string{"recvmmsg", "ring"} {
+	for _, mode := range []string{"recvmmsg", "ring", "slotring"} {
 		for _, nogro := range []bool{true, false} {
 			b.Run(fmt.Sprintf("%s/gro=%v", mode, !nogro), func(b *testing.B) {
 				e, _ := testEndpoint(b, &Options{NoOffload: true, NoGRO: nogro, RXBatch: n}, 0)
@@ -214,10 +214,14 @@ func BenchmarkRXRound(b *testing.B) {
 				e.AttachAndStart(c, func() {})
 				q := e.queues[0]
 				var round func() int
-				if mode == "ring" {
+				switch mode {
+				case "ring":
 					round = ringRoundOn(q, segmentBlock(n))
 					defer func() { q.ring = nil }()
-				} else {
+				case "slotring":
+					round = slotSegments(q, &slotRing{mem: make([]byte, n*slotMinSize), size: slotMinSize, slots: n}, n)
+					defer func() { q.slots = nil }()
+				default:
 					r := newRXBatch(n, true)
 					f := frame(header.IPv4ProtocolNumber, tcpSeq4(0, make([]byte, 1448)))
 					for i := range n {
