@@ -173,10 +173,11 @@ const (
 	// header in a slot: tp_mac is TPACKET_ALIGN(TPACKET2_HDRLEN + 16) plus
 	// the virtio-net header, less the link header (at least 14 bytes).
 	slotHeadroom = 80 + 10 - 14
-	// slotMinCount is the fewest slots a ring has: two rounds of
-	// DefaultBatch, so the kernel fills one while the reader empties the
-	// other.
-	slotMinCount = 2 * DefaultBatch
+	// slotMinCount is the fewest slots a ring has, whatever RcvBuf says,
+	// so that a short burst fits even in jumbo-sized slots; otherwise the
+	// ring takes RcvBuf bytes (2048 slots of 2 KiB by default, 32 slots
+	// of 128 KiB at the largest MTU).
+	slotMinCount = 16
 )
 
 // slotRing is a queue's TPACKET_V2 receive ring, mapped from the socket:
