@@ -100,12 +100,16 @@ func (r *ring) release(blk []byte) {
 }
 
 // unmap releases the mapping; the kernel frees the ring with the socket.
-func (r *ring) unmap() error {
-	if r.mem == nil {
+func (r *ring) unmap() error { return unmapRing(&r.mem) }
+
+// unmapRing unmaps a ring's mapping *mem, if not done yet, and forgets it,
+// so that a round after Close finds the ring gone (mem nil).
+func unmapRing(mem *[]byte) error {
+	if *mem == nil {
 		return nil
 	}
-	err := unix.Munmap(r.mem)
-	r.mem = nil
+	err := unix.Munmap(*mem)
+	*mem = nil
 	if err != nil {
 		return os.NewSyscallError("munmap", err)
 	}
@@ -271,17 +275,7 @@ func (r *slotRing) release(s []byte) {
 }
 
 // unmap releases the mapping; the kernel frees the ring with the socket.
-func (r *slotRing) unmap() error {
-	if r.mem == nil {
-		return nil
-	}
-	err := unix.Munmap(r.mem)
-	r.mem = nil
-	if err != nil {
-		return os.NewSyscallError("munmap", err)
-	}
-	return nil
-}
+func (r *slotRing) unmap() error { return unmapRing(&r.mem) }
 
 // slotRound is a receive round on the slot ring: up to RXBatch slots the
 // kernel handed over, delivered as one round (beginRound, the frames,

@@ -62,6 +62,15 @@ func buildBlock(size int, vnetHdr bool, frames []ringTestFrame) []byte {
 	return blk
 }
 
+// ringVnet returns the frame b as a ring holds it: behind a virtio-net
+// header (checksum valid) with vnetHdr.
+func ringVnet(vnetHdr bool, b []byte) []byte {
+	if vnetHdr {
+		return withVnet(vnet.Header{Flags: vnet.FlagDataValid}, b)
+	}
+	return b
+}
+
 type walked struct {
 	b                  []byte
 	pt                 uint8
@@ -80,12 +89,7 @@ func TestWalkBlock(t *testing.T) {
 	good := frame(header.IPv4ProtocolNumber, ip4(header.TCPProtocolNumber, 1, 2, []byte("hello"), "full"))
 	arp := frame(header.ARPProtocolNumber, make([]byte, header.ARPSize))
 	for _, vnetHdr := range []bool{false, true} {
-		in := func(b []byte) []byte {
-			if vnetHdr {
-				return withVnet(vnet.Header{Flags: vnet.FlagDataValid}, b)
-			}
-			return b
-		}
+		in := func(b []byte) []byte { return ringVnet(vnetHdr, b) }
 		frames := []ringTestFrame{
 			{b: in(good), pt: unix.PACKET_HOST},
 			{b: in(arp), pt: unix.PACKET_BROADCAST, status: tpStatusCsumNotReady},

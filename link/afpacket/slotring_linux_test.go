@@ -43,12 +43,7 @@ func TestParseSlot(t *testing.T) {
 	good := frame(header.IPv4ProtocolNumber, ip4(header.TCPProtocolNumber, 1, 2, []byte("hello"), "full"))
 	arp := frame(header.ARPProtocolNumber, make([]byte, header.ARPSize))
 	for _, vnetHdr := range []bool{false, true} {
-		in := func(b []byte) []byte {
-			if vnetHdr {
-				return withVnet(vnet.Header{Flags: vnet.FlagDataValid}, b)
-			}
-			return b
-		}
+		in := func(b []byte) []byte { return ringVnet(vnetHdr, b) }
 		for _, tc := range []struct {
 			name string
 			in   ringTestFrame
@@ -156,12 +151,7 @@ func TestSlotRingReceives(t *testing.T) {
 			e, far := testEndpoint(t, &Options{NoOffload: !vnetHdr}, 0)
 			q := e.queues[0]
 			q.slots = anonRing(t, 8, slotMinSize)
-			in := func(b []byte) []byte {
-				if vnetHdr {
-					return withVnet(vnet.Header{Flags: vnet.FlagDataValid}, b)
-				}
-				return b
-			}
+			in := func(b []byte) []byte { return ringVnet(vnetHdr, b) }
 			udp := func(i int, n int) []byte {
 				return frame(header.IPv4ProtocolNumber, ip4(header.UDPProtocolNumber, uint16(i), 2, bytes.Repeat([]byte{byte(i)}, n), "full"))
 			}
