@@ -223,6 +223,8 @@ func TestAfpacketOffloads(t *testing.T) {
 		{"novnet-nogro", &afpacket.Options{NoOffload: true, NoGRO: true}},
 		{"vnet-ring", &afpacket.Options{RX: afpacket.RXRing}},
 		{"novnet-ring", &afpacket.Options{NoOffload: true, RX: afpacket.RXRing}},
+		{"vnet-recvmmsg", &afpacket.Options{RX: afpacket.RXRecvmmsg}},
+		{"novnet-recvmmsg", &afpacket.Options{NoOffload: true, RX: afpacket.RXRecvmmsg}},
 	} {
 		for _, v := range []struct {
 			name         string
@@ -424,7 +426,7 @@ func TestAfpacketDeviceDeleted(t *testing.T) {
 // says so).
 func TestAfpacketDeviceDeletedIdle(t *testing.T) {
 	afpRequirePrivilege(t)
-	for _, rx := range []afpacket.RXMode{afpacket.RXRecvmmsg, afpacket.RXRing} {
+	for _, rx := range []afpacket.RXMode{afpacket.RXRecvmmsg, afpacket.RXRing, afpacket.RXSlotRing} {
 		for _, q := range []int{1, 4} {
 			t.Run(fmt.Sprintf("%v/queues=%d", rx, q), func(t *testing.T) {
 				leaks := goleak.IgnoreCurrent()
@@ -450,14 +452,21 @@ func afpSocketMappings(tb testing.TB) int {
 	return strings.Count(string(b), "socket:[")
 }
 
-// TestAfpacketRing runs a transfer each way over TPACKET_V3 rings, busy
+// TestAfpacketRing runs a transfer each way over TPACKET_V3 rings and
+// over TPACKET_V2 slot rings (whose large frames arrive by copy), busy
 // polling included, and checks that the rings were mapped while open and
 // that Close leaves none mapped.
 func TestAfpacketRing(t *testing.T) {
 	afpRequirePrivilege(t)
+	for _, rx := range []afpacket.RXMode{afpacket.RXRing, afpacket.RXSlotRing} {
+		t.Run(rx.String(), func(t *testing.T) { testAfpacketRing(t, rx) })
+	}
+}
+
+func testAfpacketRing(t *testing.T, rx afpacket.RXMode) {
 	before := afpSocketMappings(t)
-	n := newAfpNet(t, &afpacket.Options{Queues: 2, RX: afpacket.RXRing}, sched.LList)
-	require.Equal(t, afpacket.RXRing, n.ep.Options().RX)
+	n := newAfpNet(t, &afpacket.Options{Queues: 2, RX: rx}, sched.LList)
+	require.Equal(t, rx, n.ep.Options().RX)
 	require.Equal(t, before+2, afpSocketMappings(t), "one ring per queue")
 
 	// A busy-polling reader takes blocks from the ring itself.
@@ -671,7 +680,7 @@ func BenchmarkAfpacketTCPStream(b *testing.B) {
 // super-packets whole. (With gso_max_size 1500 on it, every variant
 // measured about 0.4 Gbit/s, limited by the kernel's sender.)
 func BenchmarkAfpacketTCPReceive(b *testing.B) {
-	for _, rx := range []afpacket.RXMode{afpacket.RXRecvmmsg, afpacket.RXRing} {
+	for _, rx := range []afpacket.RXMode{afpacket.RXRecvmmsg, afpacket.RXRing, afpacket.RXSlotRing} {
 		for _, nogro := range []bool{true, false} {
 			b.Run(fmt.Sprintf("%v/gro=%v", rx, !nogro), func(b *testing.B) {
 				n := newAfpNet(b, &afpacket.Options{NoOffload: true, NoGRO: nogro, RX: rx}, sched.LList)

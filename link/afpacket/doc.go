@@ -5,24 +5,35 @@
 //
 // What it owns, end to end:
 //
-//   - RX: one goroutine per queue reads batches with recvmmsg into landing
-//     buffers the endpoint owns and reuses, copies each frame once into a
-//     right-sized pooled gVisor view and delivers it. When the socket is
-//     empty the goroutine parks in Go's netpoller (syscall.RawConn), so no
-//     OS thread blocks per queue, and Close wakes it. The landing batch
-//     comes from the queue's cache (package cache), parked with it, so an
-//     idle queue's batch is released (Options.NoCache keeps it for good).
-//     The TCP segments of each recvmmsg round that continue each other are
-//     coalesced (GRO, linkutil.GRO) before they climb the stack, and
-//     nothing is held past the round; without the virtio-net header the
-//     endpoint then checks the checksums itself.
+//   - RX (Options.RX = RXSlotRing, the default): a TPACKET_V2 ring
+//     (PACKET_MMAP) per queue, one frame per slot, which the kernel hands
+//     over frame by frame with a wake-up, as a socket's data. One
+//     goroutine per queue copies each frame once from its slot into a
+//     right-sized pooled gVisor view and delivers it, up to RXBatch slots
+//     a round, and parks in Go's netpoller (syscall.RawConn) when the ring
+//     is empty, so no OS thread blocks per queue, and Close wakes it. A
+//     wake that finds a frame costs no system call, and neither does
+//     parking again after it: a request-response exchange receives with
+//     none. Frames too large for a slot (slots are sized for the MTU; a
+//     veth peer's TSO super-packets are not) are queued on the socket
+//     whole (PACKET_COPY_THRESH) and read with recvmmsg, a run of them per
+//     call, in ring order.
+//   - RX with RXRecvmmsg: the goroutine reads batches with recvmmsg into
+//     landing buffers the endpoint owns and reuses. The landing batch
+//     (also the slot ring's, for its large frames) comes from the queue's
+//     cache (package cache), parked with it, so an idle queue's batch is
+//     released (Options.NoCache keeps it for good). The TCP segments of
+//     each round that continue each other are coalesced (GRO,
+//     linkutil.GRO) before they climb the stack, and nothing is held past
+//     the round; without the virtio-net header the endpoint then checks
+//     the checksums itself.
 //   - RX with Options.RX = RXRing: a TPACKET_V3 ring (PACKET_MMAP) per
 //     queue instead, which the kernel fills and hands over a 128 KiB block
 //     at a time; a block is one round. A busy queue receives without a
 //     system call, but a block is handed over only when full or after
 //     1 ms, which a request-response exchange pays on every message: on a
 //     veth, tcp_rr fell from 23-36k to about 700 transactions a second, and
-//     a stream's ACKs arrive late enough to slow it. So recvmmsg is the
+//     a stream's ACKs arrive late enough to slow it. So it is not the
 //     default.
 //   - TX: WritePackets sends a whole batch with one sendmmsg, the packets'
 //     own views as iovecs (no payload copy), its message headers built in

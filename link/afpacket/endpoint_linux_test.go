@@ -34,8 +34,9 @@ var _ sched.WritableNotifier = (*Endpoint)(nil)
 
 // testEndpoint builds an endpoint over one socketpair per queue and
 // returns it with the far ends, where the test plays the wire. sndBuf, if
-// not zero, sets the endpoint sockets' send buffers.
-func testEndpoint(t testing.TB, o *Options, sndBuf int) (*Endpoint, []int) {
+// not zero, sets the endpoint sockets' send buffers; rings, if given, are
+// the queues' receive rings.
+func testEndpoint(t testing.TB, o *Options, sndBuf int, rings ...rxRing) (*Endpoint, []int) {
 	t.Helper()
 	opts, err := o.normalize()
 	require.NoError(t, err)
@@ -48,7 +49,7 @@ func testEndpoint(t testing.TB, o *Options, sndBuf int) (*Endpoint, []int) {
 		}
 		near, far = append(near, fds[0]), append(far, fds[1])
 	}
-	e, err := newEndpoint("test0", 0, 1500, macB, opts, near, nil)
+	e, err := newEndpoint("test0", 0, 1500, macB, opts, near, rings)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		e.Close()
@@ -318,7 +319,18 @@ func TestTXBatchSize(t *testing.T) {
 // callback comes only once the far end has drained, and the rest then
 // goes through.
 func TestTXBackpressure(t *testing.T) {
-	e, far := testEndpoint(t, nil, 16<<10)
+	for _, tc := range []struct {
+		name  string
+		rings []rxRing
+	}{{"recvmmsg", nil}, {"block ring", []rxRing{{blocks: &ring{}}}}, {"slot ring", []rxRing{{slots: &slotRing{}}}}} {
+		// A queue that receives from a ring transmits all the same
+		// (its unmapped ring is never read: nothing is attached).
+		t.Run(tc.name, func(t *testing.T) { testTXBackpressure(t, tc.rings) })
+	}
+}
+
+func testTXBackpressure(t *testing.T, rings []rxRing) {
+	e, far := testEndpoint(t, nil, 16<<10, rings...)
 	var notified atomic.Int32
 	wake := make(chan struct{}, 16)
 	e.NotifyWritable(func() {

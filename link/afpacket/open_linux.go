@@ -58,6 +58,15 @@ type queue struct {
 	// nothing. Both belong to the holder of gate.Owner.
 	ring      *ring
 	ringFrame ringFrame
+	// slots is the TPACKET_V2 receive ring with RXSlotRing (nil:
+	// recvmmsg or the block ring), whose frames too large for a slot
+	// land in the landing batch; pollSlots is busyPoll's round on it
+	// (bound once), and slotErrno an error a busy poller's round was
+	// told and the receive goroutine has yet to act on. All belong to
+	// the holder of gate.Owner.
+	slots     *slotRing
+	pollSlots func(fd uintptr)
+	slotErrno unix.Errno
 	counters
 }
 
@@ -85,7 +94,7 @@ func New(ifname string, opts *Options) (*Endpoint, error) {
 		return nil, fmt.Errorf("afpacket: interface %q has no Ethernet address: afpacket needs an Ethernet interface (for a TUN device use link/tun)", ifname)
 	}
 	fds := make([]int, 0, o.Queues)
-	var rings []*ring
+	var rings []rxRing
 	fail := func(err error) (*Endpoint, error) {
 		for _, r := range rings {
 			r.unmap()
@@ -97,12 +106,12 @@ func New(ifname string, opts *Options) (*Endpoint, error) {
 	}
 	fanoutID := 0
 	for i := range o.Queues {
-		fd, r, err := openSocket(ifname, ifi.Index, &o)
+		fd, r, err := openSocket(ifname, ifi.Index, ifi.MTU, &o)
 		if err != nil {
 			return fail(err)
 		}
 		fds = append(fds, fd)
-		if r != nil {
+		if r != (rxRing{}) {
 			rings = append(rings, r)
 		}
 		if o.Queues > 1 {
@@ -119,14 +128,15 @@ func New(ifname string, opts *Options) (*Endpoint, error) {
 }
 
 // openSocket opens one packet socket, sets its options, maps its receive
-// ring with RXRing, and binds it to the interface. It opens the socket for
+// ring with RXRing or RXSlotRing (slots sized for mtu), and binds it to
+// the interface. It opens the socket for
 // no protocol and binds it for all (ETH_P_ALL) together with the
 // interface: a socket opened for ETH_P_ALL would start queueing every
 // interface's frames before the bind (and a ring, before the bind too).
-func openSocket(ifname string, ifindex int, o *Options) (int, *ring, error) {
+func openSocket(ifname string, ifindex, mtu int, o *Options) (int, rxRing, error) {
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, nil, sockErr(ifname, "open a packet socket", "socket", err)
+		return -1, rxRing{}, sockErr(ifname, "open a packet socket", "socket", err)
 	}
 	set := func(level, opt, v int, name string) error {
 		if err := unix.SetsockoptInt(fd, level, opt, v); err != nil {
@@ -165,27 +175,28 @@ func openSocket(ifname string, ifindex int, o *Options) (int, *ring, error) {
 		setBuf(fd, ifname, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, o.SndBuf, "send"))
 	if err := errors.Join(errs...); err != nil {
 		unix.Close(fd)
-		return -1, nil, err
+		return -1, rxRing{}, err
 	}
-	var r *ring
-	if o.RX == RXRing {
-		// After PACKET_VNET_HDR, which the kernel refuses once a ring
-		// exists.
-		if r, err = setupRing(fd, blocksFor(o.RcvBuf), ifname); err != nil {
-			unix.Close(fd)
-			return -1, nil, err
-		}
+	// After PACKET_VNET_HDR, which the kernel refuses once a ring exists.
+	var r rxRing
+	switch o.RX {
+	case RXRing:
+		r.blocks, err = setupRing(fd, blocksFor(o.RcvBuf), ifname)
+	case RXSlotRing:
+		r.slots, err = setupSlotRing(fd, mtu, o.RcvBuf, ifname)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, rxRing{}, err
 	}
 	sa := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex}
 	if err := unix.Bind(fd, sa); err != nil {
-		if r != nil {
-			r.unmap()
-		}
+		r.unmap()
 		unix.Close(fd)
 		if errors.Is(err, unix.ENODEV) {
-			return -1, nil, fmt.Errorf("afpacket: interface %q not found: check `ip link`: %w", ifname, os.NewSyscallError("bind", err))
+			return -1, rxRing{}, fmt.Errorf("afpacket: interface %q not found: check `ip link`: %w", ifname, os.NewSyscallError("bind", err))
 		}
-		return -1, nil, sockErr(ifname, "bind a packet socket", "bind", err)
+		return -1, rxRing{}, sockErr(ifname, "bind a packet socket", "bind", err)
 	}
 	return fd, r, nil
 }
@@ -245,12 +256,12 @@ func htons(v uint16) uint16 {
 }
 
 // newEndpoint builds an endpoint over open, non-blocking sockets, one per
-// queue, and with RXRing their receive rings, in the same order. It owns
+// queue, and with RXRing or RXSlotRing their receive rings, in the same order. It owns
 // fds and rings from the call on, closing and unmapping them on error. It
 // starts no goroutine: Attach starts the receive goroutines, a queue's
 // first refused write its watcher. Tests call it with socketpairs (and no
 // rings).
-func newEndpoint(ifname string, ifindex int, mtu uint32, addr tcpip.LinkAddress, o Options, fds []int, rings []*ring) (*Endpoint, error) {
+func newEndpoint(ifname string, ifindex int, mtu uint32, addr tcpip.LinkAddress, o Options, fds []int, rings []rxRing) (*Endpoint, error) {
 	e := &Endpoint{
 		opts:    o,
 		ifname:  ifname,
@@ -297,16 +308,21 @@ func newEndpoint(ifname string, ifindex int, mtu uint32, addr tcpip.LinkAddress,
 		q := &queue{e: e, idx: i, file: f, rc: rc}
 		q.gro.Init(!o.NoGRO)
 		q.gro.SetRounds(&e.rounds)
-		if i < len(rings) {
-			q.ring = rings[i]
+		// Every queue transmits, whatever it receives with: a refused
+		// write starts the watcher.
+		q.startWatch = func() {
+			e.wg.Add(1)
+			go q.watchLoop()
+		}
+		if i < len(rings) && rings[i].blocks != nil {
+			q.ring = rings[i].blocks
 			q.ringFrame = q.receive
 			e.queues = append(e.queues, q)
 			e.gates = append(e.gates, &e.queues[i].gate)
 			continue // the ring is the landing area
 		}
-		q.startWatch = func() {
-			e.wg.Add(1)
-			go q.watchLoop()
+		if i < len(rings) {
+			q.slots = rings[i].slots // frames too large for it land below
 		}
 		if o.NoCache {
 			q.rxb = newRXBatch(o.RXBatch, !e.vnetHdr)

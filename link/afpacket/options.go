@@ -44,11 +44,13 @@ const (
 type RXMode uint8
 
 const (
-	// RXDefault stands for the default mode, RXRecvmmsg.
+	// RXDefault stands for the default mode, RXSlotRing.
 	RXDefault RXMode = iota
 	// RXRecvmmsg copies up to RXBatch frames with one recvmmsg into the
 	// queue's landing buffers, and parks in the runtime poller when the
 	// socket is empty. A frame reaches the stack as soon as it is read.
+	// It was the default before RXSlotRing, which saves the recvmmsg of
+	// every wake.
 	RXRecvmmsg
 	// RXRing maps a TPACKET_V3 receive ring (PACKET_MMAP) of RcvBuf
 	// bytes, in blocks of 128 KiB: the kernel writes frames straight into
@@ -57,9 +59,21 @@ const (
 	// after 1 ms, so on a quiet link every frame waits up to 1 ms: a
 	// request-response exchange becomes that much slower.
 	RXRing
+	// RXSlotRing maps a TPACKET_V2 receive ring of about RcvBuf bytes,
+	// in slots sized for the interface's MTU: the kernel writes each
+	// frame straight into the next slot and hands it over at once, waking
+	// the queue as a socket would. A queue that finds a frame waiting when
+	// it wakes reads it with no system call, and parks again with none, so
+	// a request-response exchange costs no receive call at all. A frame
+	// larger than a slot (a super-packet of the peer's TSO) is queued on
+	// the socket whole and read with recvmmsg, in order, a run of them
+	// per call. The ring's memory (RcvBuf bytes per queue) is the
+	// kernel's, held while the endpoint is open. The default.
+	RXSlotRing
 )
 
-// String returns the mode's name: "default", "recvmmsg" or "ring".
+// String returns the mode's name: "default", "recvmmsg", "ring" or
+// "slotring".
 func (m RXMode) String() string {
 	switch m {
 	case RXDefault:
@@ -68,6 +82,8 @@ func (m RXMode) String() string {
 		return "recvmmsg"
 	case RXRing:
 		return "ring"
+	case RXSlotRing:
+		return "slotring"
 	}
 	return fmt.Sprintf("RXMode(%d)", uint8(m))
 }
@@ -109,12 +125,13 @@ type Options struct {
 	// itself (it claims RX checksum offload, as with the header) instead
 	// of completing partial ones for gVisor. For comparison.
 	NoGRO bool
-	// RX is how the queues receive: RXRecvmmsg or RXRing; RXDefault (the
-	// zero value) means RXRecvmmsg.
+	// RX is how the queues receive: RXSlotRing, RXRecvmmsg or RXRing;
+	// RXDefault (the zero value) means RXSlotRing.
 	RX RXMode
-	// RXBatch is the most frames one recvmmsg reads (one RX round).
-	// Default DefaultBatch, at most MaxBatch. Each costs a 64 KiB landing
-	// buffer per queue.
+	// RXBatch is the most frames one receive round takes: one recvmmsg,
+	// or the slots of one slot-ring round. Default DefaultBatch, at most
+	// MaxBatch. Each costs a 64 KiB landing buffer per queue (with the
+	// slot ring, taken only while frames too large for a slot arrive).
 	RXBatch int
 	// TXBatch is the most frames one sendmmsg sends. Default DefaultBatch,
 	// at most MaxBatch; 1 sends every packet with its own system call, for
@@ -132,12 +149,13 @@ type Options struct {
 	SndBuf, RcvBuf int
 }
 
-// DefaultOptions returns what a nil *Options stands for: one queue, the
-// virtio-net header on, no qdisc bypass, batches of DefaultBatch.
+// DefaultOptions returns what a nil *Options stands for: one queue
+// receiving on a slot ring, the virtio-net header on, no qdisc bypass,
+// batches of DefaultBatch.
 func DefaultOptions() Options {
 	return Options{
 		Queues:  1,
-		RX:      RXRecvmmsg,
+		RX:      RXSlotRing,
 		RXBatch: DefaultBatch,
 		TXBatch: DefaultBatch,
 		SndBuf:  DefaultSndBuf,
@@ -171,8 +189,8 @@ func (o *Options) normalize() (Options, error) {
 		r.RcvBuf = d.RcvBuf
 	}
 	switch {
-	case r.RX > RXRing:
-		return r, fmt.Errorf("afpacket: %v: not a receive mode; use RXRecvmmsg or RXRing", r.RX)
+	case r.RX > RXSlotRing:
+		return r, fmt.Errorf("afpacket: %v: not a receive mode; use RXRecvmmsg, RXRing or RXSlotRing", r.RX)
 	case r.Queues < 1 || r.Queues > MaxQueues:
 		return r, fmt.Errorf("afpacket: %d queues: must be from 1 to %d", r.Queues, MaxQueues)
 	case r.RXBatch < 1 || r.RXBatch > MaxBatch:

@@ -20,7 +20,8 @@ func TestOptionsNormalize(t *testing.T) {
 		{"booleans kept", &Options{NoOffload: true, QdiscBypass: true}, func() Options { o := d; o.NoOffload, o.QdiscBypass = true, true; return o }(), ""},
 		{"ring", &Options{RX: RXRing}, func() Options { o := d; o.RX = RXRing; return o }(), ""},
 		{"no GRO", &Options{NoGRO: true}, func() Options { o := d; o.NoGRO = true; return o }(), ""},
-		{"unknown RX mode", &Options{RX: RXRing + 1}, Options{}, "RXMode(3): not a receive mode"},
+		{"slot ring", &Options{RX: RXSlotRing}, func() Options { o := d; o.RX = RXSlotRing; return o }(), ""},
+		{"unknown RX mode", &Options{RX: RXSlotRing + 1}, Options{}, "RXMode(4): not a receive mode"},
 		{"per-packet TX", &Options{TXBatch: 1}, func() Options { o := d; o.TXBatch = 1; return o }(), ""},
 		{"largest", &Options{Queues: MaxQueues, RXBatch: MaxBatch, TXBatch: MaxBatch}, func() Options {
 			o := d
@@ -48,7 +49,8 @@ func TestOptionsNormalize(t *testing.T) {
 }
 
 func TestRXModeString(t *testing.T) {
-	require.Equal(t, "recvmmsg", DefaultOptions().RX.String())
+	require.Equal(t, "slotring", DefaultOptions().RX.String())
+	require.Equal(t, "recvmmsg", RXRecvmmsg.String())
 	require.Equal(t, "default", RXDefault.String())
 	require.Equal(t, "ring", RXRing.String())
 }

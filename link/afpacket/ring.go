@@ -79,3 +79,63 @@ func walkBlock(blk []byte, vnetHdr bool, f ringFrame) (frames, bad int) {
 	}
 	return frames, 0
 }
+
+// The layout of a TPACKET_V2 receive slot (linux/if_packet.h), as offsets
+// into the slot: a struct tpacket2_hdr, a struct sockaddr_ll and, tp_mac
+// bytes from the slot's start, the frame (behind the virtio-net header,
+// with PACKET_VNET_HDR).
+const (
+	tp2Status  = 0  // tpacket2_hdr.tp_status
+	tp2Len     = 4  // tpacket2_hdr.tp_len
+	tp2Snaplen = 8  // tpacket2_hdr.tp_snaplen
+	tp2Mac     = 12 // tpacket2_hdr.tp_mac
+	tp2HdrLen  = 32 // TPACKET_ALIGN(sizeof(struct tpacket2_hdr))
+	// tpStatusCopy is TP_STATUS_COPY: the frame did not fit its slot,
+	// which holds only its start; the kernel queued the whole frame on
+	// the socket (PACKET_COPY_THRESH), to be read with recvmsg.
+	tpStatusCopy = 2
+)
+
+// slotFrame is one TPACKET_V2 slot, as parseSlot reads it.
+type slotFrame struct {
+	b         []byte // the frame, as recvmmsg would have handed it over
+	pt        uint8  // sll_pkttype
+	truncated bool   // cut short: tp_snaplen < tp_len
+	partial   bool   // TP_STATUS_CSUMNOTREADY
+	copied    bool   // TP_STATUS_COPY: b is only the start; read the frame from the socket
+}
+
+// parseSlot reads the TPACKET_V2 slot s, which the kernel has handed over
+// with the status word status, and reports false if its lengths or offsets
+// point outside it. The frame is behind the virtio-net header with
+// vnetHdr. b is the slot's memory: valid until the slot is handed back.
+// A copied frame's slot may hold no bytes of it at all (the kernel skips
+// the virtio-net header when not even that fits): only pt is read from
+// it. Nothing in s can make parseSlot index out of range (FuzzParseSlot
+// holds it to that).
+func parseSlot(s []byte, status uint32, vnetHdr bool) (slotFrame, bool) {
+	if len(s) < tp2HdrLen+sllLen {
+		return slotFrame{}, false
+	}
+	f := slotFrame{
+		pt:      s[tp2HdrLen+sllPkttype],
+		partial: status&tpStatusCsumNotReady != 0,
+		copied:  status&tpStatusCopy != 0,
+	}
+	if f.copied {
+		return f, true
+	}
+	ne := binary.NativeEndian
+	vh := 0
+	if vnetHdr {
+		vh = vnet.HeaderSize
+	}
+	start := int(ne.Uint16(s[tp2Mac:]))
+	snap := int(ne.Uint32(s[tp2Snaplen:]))
+	if start-vh < tp2HdrLen+sllLen || start > len(s) || snap < 0 || snap > len(s)-start {
+		return slotFrame{}, false
+	}
+	f.b = s[start-vh : start+snap]
+	f.truncated = snap < int(ne.Uint32(s[tp2Len:]))
+	return f, true
+}

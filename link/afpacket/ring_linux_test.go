@@ -62,6 +62,15 @@ func buildBlock(size int, vnetHdr bool, frames []ringTestFrame) []byte {
 	return blk
 }
 
+// ringVnet returns the frame b as a ring holds it: behind a virtio-net
+// header (checksum valid) with vnetHdr.
+func ringVnet(vnetHdr bool, b []byte) []byte {
+	if vnetHdr {
+		return withVnet(vnet.Header{Flags: vnet.FlagDataValid}, b)
+	}
+	return b
+}
+
 type walked struct {
 	b                  []byte
 	pt                 uint8
@@ -80,12 +89,7 @@ func TestWalkBlock(t *testing.T) {
 	good := frame(header.IPv4ProtocolNumber, ip4(header.TCPProtocolNumber, 1, 2, []byte("hello"), "full"))
 	arp := frame(header.ARPProtocolNumber, make([]byte, header.ARPSize))
 	for _, vnetHdr := range []bool{false, true} {
-		in := func(b []byte) []byte {
-			if vnetHdr {
-				return withVnet(vnet.Header{Flags: vnet.FlagDataValid}, b)
-			}
-			return b
-		}
+		in := func(b []byte) []byte { return ringVnet(vnetHdr, b) }
 		frames := []ringTestFrame{
 			{b: in(good), pt: unix.PACKET_HOST},
 			{b: in(arp), pt: unix.PACKET_BROADCAST, status: tpStatusCsumNotReady},
@@ -201,12 +205,12 @@ func TestRingRoundAllocs(t *testing.T) {
 
 // BenchmarkRXRound measures one receive round of 64 full-sized segments of
 // one flow, without the virtio-net header, up to a dispatcher that counts
-// them: from a TPACKET_V3 block and from a recvmmsg landing batch (frames
-// already in place: the system calls are not measured), with GRO on and
-// off.
+// them: from a TPACKET_V3 block, from TPACKET_V2 slots and from a recvmmsg
+// landing batch (frames already in place: the system calls are not
+// measured), with GRO on and off.
 func BenchmarkRXRound(b *testing.B) {
 	const n = 64
-	for _, mode := range []string{"recvmmsg", "ring"} {
+	for _, mode := range []string{"recvmmsg", "ring", "slotring"} {
 		for _, nogro := range []bool{true, false} {
 			b.Run(fmt.Sprintf("%s/gro=%v", mode, !nogro), func(b *testing.B) {
 				e, _ := testEndpoint(b, &Options{NoOffload: true, NoGRO: nogro, RXBatch: n}, 0)
@@ -214,10 +218,14 @@ func BenchmarkRXRound(b *testing.B) {
 				e.AttachAndStart(c, func() {})
 				q := e.queues[0]
 				var round func() int
-				if mode == "ring" {
+				switch mode {
+				case "ring":
 					round = ringRoundOn(q, segmentBlock(n))
 					defer func() { q.ring = nil }()
-				} else {
+				case "slotring":
+					round = slotSegments(q, &slotRing{mem: make([]byte, n*slotMinSize), size: slotMinSize, slots: n}, n)
+					defer func() { q.slots = nil }()
+				default:
 					r := newRXBatch(n, true)
 					f := frame(header.IPv4ProtocolNumber, tcpSeq4(0, make([]byte, 1448)))
 					for i := range n {

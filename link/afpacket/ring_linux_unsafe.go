@@ -14,3 +14,9 @@ import (
 func blockStatus(blk []byte) *atomic.Uint32 {
 	return (*atomic.Uint32)(unsafe.Pointer(&blk[blkStatus]))
 }
+
+// slotStatus is the status word of the TPACKET_V2 slot s, as blockStatus
+// is a block's.
+func slotStatus(s []byte) *atomic.Uint32 {
+	return (*atomic.Uint32)(unsafe.Pointer(&s[tp2Status]))
+}

@@ -56,7 +56,10 @@ func (r *rxBatch) reset() { r.used = len(r.msgs) }
 
 // recv reads a round from fd, first restoring the header fields that the
 // previous round's messages had overwritten.
-func (r *rxBatch) recv(fd int) (int, unix.Errno) {
+func (r *rxBatch) recv(fd int) (int, unix.Errno) { return r.recvN(fd, len(r.msgs)) }
+
+// recvN is recv of at most k messages, 1 <= k <= len(r.msgs).
+func (r *rxBatch) recvN(fd, k int) (int, unix.Errno) {
 	for i := range r.used {
 		m := &r.msgs[i]
 		m.Len = 0
@@ -66,14 +69,14 @@ func (r *rxBatch) recv(fd int) (int, unix.Errno) {
 			m.Hdr.SetControllen(auxSpace)
 		}
 	}
-	n, errno := recvmmsg(fd, r.msgs)
+	n, errno := recvmmsg(fd, r.msgs[:k])
 	switch errno {
 	case 0:
 		r.used = n
 	case unix.EAGAIN:
 		r.used = 0 // the kernel wrote nothing
 	default:
-		r.used = len(r.msgs) // it may have written anything: restore all
+		r.used = k // it may have written anything: restore all
 	}
 	return n, errno
 }
@@ -133,24 +136,18 @@ func (q *queue) parkLanding() {
 	q.rxCache.Park()
 }
 
-// closeLanding releases the landing batch, or unmaps the ring, once no
+// closeLanding unmaps the ring and releases the landing batch, once no
 // goroutine receives: Close calls it after joining the receive goroutine,
 // and takes gate.Owner so that a busy poller's round in progress ends
 // first (a later one finds the ring unmapped).
 func (q *queue) closeLanding() {
-	if q.ring != nil {
-		q.gate.Owner.Lock()
-		q.ring.unmap()
-		q.gate.Owner.Unlock()
-		return
-	}
-	if q.rxCache == nil {
-		return
-	}
 	q.gate.Owner.Lock()
-	q.rxIt = nil
-	q.rxCache.Close()
-	q.gate.Owner.Unlock()
+	defer q.gate.Owner.Unlock()
+	rxRing{q.ring, q.slots}.unmap()
+	if q.rxCache != nil {
+		q.rxIt = nil
+		q.rxCache.Close()
+	}
 }
 
 // addCacheStats adds what the queue's landing cache counted to s.
@@ -173,6 +170,9 @@ func (q *queue) rxLoop() {
 		errno    unix.Errno
 		deferred bool
 		down     bool // the interface went down: reads have a deadline
+		// errCheck: the slot ring parked after frames without asking
+		// the socket for an error, and reads have a deadline for that.
+		errCheck bool
 	)
 	// read returns true holding q.gate.Owner, unless it found the queue
 	// deferred to busy pollers. A recvmmsg round that came back short
@@ -182,16 +182,35 @@ func (q *queue) rxLoop() {
 	// readiness was reset when this wait began, before that recvmmsg, and
 	// every frame queued after it signals readiness again (Go's poller is
 	// edge-triggered per frame on a packet socket).
+	//
+	// The slot ring parks the same way after taking frames, with no
+	// system call at all. An error the kernel left on the socket (the
+	// interface going down) wakes the queue too, but a wake that arrives
+	// while an earlier one is still pending merges into it, so the frames
+	// may hide it; a slot ring that parked unchecked therefore has a read
+	// deadline of downCheckInterval, armed once, and asks when it fires.
 	read := func(fd uintptr) bool {
 		if q.gate.Deferring() {
 			deferred = true
 			return true
 		}
 		q.gate.Owner.Lock()
-		if q.ring != nil {
+		more := false
+		switch {
+		case q.slots != nil:
+			// The slot round delivers as it reads: r stays nil. Only a
+			// wake that found no frame asks the socket for an error.
+			n, more, errno = q.slotRound(int(fd))
+			if errno == 0 && q.slotErrno != 0 {
+				errno, q.slotErrno = q.slotErrno, 0
+			}
+			if n == 0 && errno == 0 {
+				errno = q.pendingError(int(fd))
+			}
+		case q.ring != nil:
 			// The ring round delivers as it reads: r stays nil.
 			n, errno = q.ringRound(int(fd))
-		} else {
+		default:
 			r = q.landing()
 			n, errno = r.recv(int(fd))
 			q.rxSyscalls.Add(1)
@@ -206,6 +225,15 @@ func (q *queue) rxLoop() {
 			q.deliver(r, n)
 			q.parkLanding()
 			q.gate.Owner.Unlock()
+			return false
+		}
+		if errno == 0 && q.slots != nil && !more && !down {
+			q.parkLanding() // delivered, and the ring is empty
+			q.gate.Owner.Unlock()
+			if !errCheck {
+				errCheck = true
+				q.file.SetReadDeadline(time.Now().Add(downCheckInterval))
+			}
 			return false
 		}
 		return true
@@ -226,6 +254,14 @@ func (q *queue) rxLoop() {
 				q.deliver(r, n)
 			}
 			q.gate.Owner.Unlock()
+		}
+		if err != nil && errCheck && !down && errors.Is(err, os.ErrDeadlineExceeded) {
+			errCheck = false
+			q.file.SetReadDeadline(time.Time{})
+			err = q.rc.Control(func(fd uintptr) { errno = q.pendingError(int(fd)) })
+			if err == nil && errno == unix.EAGAIN {
+				continue
+			}
 		}
 		if err != nil {
 			if down && errors.Is(err, os.ErrDeadlineExceeded) {
@@ -253,7 +289,7 @@ func (q *queue) rxLoop() {
 			if q.checkGone(q.rxCall(), errno) {
 				return
 			}
-			down = true
+			down, errCheck = true, false
 			q.file.SetReadDeadline(time.Now().Add(downCheckInterval))
 		default:
 			q.rxErrors.Add(1)
@@ -273,6 +309,9 @@ func (q *queue) busyPoll() int {
 	defer q.gate.Owner.Unlock()
 	if q.ring != nil {
 		return q.busyPollRing()
+	}
+	if q.slots != nil {
+		return q.busyPollSlots()
 	}
 	if q.pollRecv == nil {
 		q.pollRecv = func(fd uintptr) { q.pollN, q.pollErrno = q.landing().recv(int(fd)) }
@@ -298,7 +337,7 @@ func (q *queue) busyPoll() int {
 // rxCall names the system call that reports a receive failure: recvmmsg,
 // or with the ring the read of the socket's pending error.
 func (q *queue) rxCall() string {
-	if q.ring != nil {
+	if q.ring != nil || q.slots != nil {
 		return "getsockopt SO_ERROR"
 	}
 	return "recvmmsg"
