@@ -31,7 +31,7 @@ const groBucketSize = 8
 //
 // A round's pure ACKs are thinned as well: of the pure ACKs of one TCP
 // flow in a round, only the last of a run whose acknowledgement numbers
-// grow goes up (see thinnable). gVisor's TCP sends what every ACK lets
+// grow goes up (see tcpFlowOf). gVisor's TCP sends what every ACK lets
 // it send at once, cut into super-segments of at most 64 KiB, and has no
 // TSO deferral; a bulk sender behind a Linux receiver gets about one ACK
 // per two segments, each opening about 86 KB, which it sent as 64 KB plus
@@ -40,7 +40,11 @@ const groBucketSize = 8
 // ACK instead of several. Measured with scripts/http.sh, 5 alternating
 // runs: ustack serve's 256 MiB download 2.4x as fast as without it (1.0x
 // of the kernel-socket server's, from 0.4x), in 5,100 frames of 52 KB
-// where it took 6,400-10,100 of 26-42 KB.
+// where it took 6,400-10,100 of 26-42 KB. TCP's ACKs are cumulative, so
+// the dropped ones told TCP nothing the kept one does not; what only an
+// earlier ACK carries (SACK blocks, a duplicate's loss signal, ECN) keeps
+// it from being dropped. A forwarding stack thins the pure ACKs it routes
+// too, as an ACK-thinning middlebox would.
 //
 // A GRO is not safe for concurrent use: it belongs to whoever runs the
 // queue's receive round (the holder of its PollGate.Owner).
@@ -65,7 +69,7 @@ type GRO struct {
 func (g *GRO) SetRounds(r *Rounds) { g.rounds = r }
 
 // Init readies g. With on false, Enqueue hands every packet up at once,
-// uncoalesced (for comparison).
+// uncoalesced and unthinned (for comparison).
 func (g *GRO) Init(on bool) {
 	g.on = on
 	g.g.Init(on)
@@ -78,7 +82,8 @@ func (g *GRO) Enabled() bool { return g.on }
 func (g *GRO) Begin(d stack.NetworkDispatcher) { g.g.Dispatcher = d }
 
 // Enqueue hands pkt to the round's dispatcher, now or by the round's Flush
-// (coalesced with the segments around it). The caller keeps its reference
+// (coalesced with the segments around it), unless pkt is a pure ACK that
+// a later one of its flow in the round replaces. The caller keeps its reference
 // and drops it when Enqueue returns, as after DeliverNetworkPacket.
 //
 // IPv6 packets go up at once, uncoalesced: gVisor's GRO leaks a buffer
