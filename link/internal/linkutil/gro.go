@@ -1,7 +1,9 @@
 package linkutil
 
 import (
+	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/seqnum"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
 )
@@ -27,12 +29,32 @@ const groBucketSize = 8
 // itself and claims stack.CapabilityRXChecksumOffload (gVisor's NIC
 // overwrites RXChecksumValidated with that capability).
 //
+// A round's pure ACKs are thinned as well: of the pure ACKs of one TCP
+// flow in a round, only the last of a run whose acknowledgement numbers
+// grow goes up (see tcpFlowOf). gVisor's TCP sends what every ACK lets
+// it send at once, cut into super-segments of at most 64 KiB, and has no
+// TSO deferral; a bulk sender behind a Linux receiver gets about one ACK
+// per two segments, each opening about 86 KB, which it sent as 64 KB plus
+// the rest. Handling a round's ACKs as one opens their sum at once, so
+// the sender cuts fewer, fuller super-segments, and its TCP handles one
+// ACK instead of several. Measured with scripts/http.sh, 5 alternating
+// runs: ustack serve's 256 MiB download 2.4x as fast as without it (1.0x
+// of the kernel-socket server's, from 0.4x), in 5,100 frames of 52 KB
+// where it took 6,400-10,100 of 26-42 KB. TCP's ACKs are cumulative, so
+// the dropped ones told TCP nothing the kept one does not; what only an
+// earlier ACK carries (SACK blocks, a duplicate's loss signal, ECN) keeps
+// it from being dropped. A forwarding stack thins the pure ACKs it routes
+// too, as an ACK-thinning middlebox would.
+//
 // A GRO is not safe for concurrent use: it belongs to whoever runs the
 // queue's receive round (the holder of its PollGate.Owner).
 type GRO struct {
 	g    gro.GRO
 	on   bool
 	held int // packets enqueued since the last Flush
+
+	acks  [groBucketSize]heldACK // pure ACKs held for the round, acks[:nacks]
+	nacks int
 
 	rounds *Rounds // the link's discipline hooks, if SetRounds
 	open   bool    // a round of rounds is open
@@ -47,7 +69,7 @@ type GRO struct {
 func (g *GRO) SetRounds(r *Rounds) { g.rounds = r }
 
 // Init readies g. With on false, Enqueue hands every packet up at once,
-// uncoalesced (for comparison).
+// uncoalesced and unthinned (for comparison).
 func (g *GRO) Init(on bool) {
 	g.on = on
 	g.g.Init(on)
@@ -60,7 +82,8 @@ func (g *GRO) Enabled() bool { return g.on }
 func (g *GRO) Begin(d stack.NetworkDispatcher) { g.g.Dispatcher = d }
 
 // Enqueue hands pkt to the round's dispatcher, now or by the round's Flush
-// (coalesced with the segments around it). The caller keeps its reference
+// (coalesced with the segments around it), unless pkt is a pure ACK that
+// a later one of its flow in the round replaces. The caller keeps its reference
 // and drops it when Enqueue returns, as after DeliverNetworkPacket.
 //
 // IPv6 packets go up at once, uncoalesced: gVisor's GRO leaks a buffer
@@ -73,6 +96,24 @@ func (g *GRO) Enqueue(pkt *stack.PacketBuffer) {
 		g.open = true
 		g.end = g.rounds.Begin()
 	}
+	// A packet longer than any pure ACK, with no ACK held, skips the
+	// parse: a bulk receiver's data segments.
+	if g.on && (g.nacks > 0 || pkt.Data().Size() <= maxPureACK) {
+		f, ack, pure := tcpFlowOf(pkt)
+		switch {
+		case pure:
+			g.holdACK(pkt, f, ack)
+			return
+		case g.nacks > 0 && f.proto != 0:
+			// Whatever else the flow sends follows its held ACK.
+			g.releaseACK(f)
+		}
+	}
+	g.deliver(pkt)
+}
+
+// deliver hands pkt to gVisor's GRO, or up at once if it is IPv6.
+func (g *GRO) deliver(pkt *stack.PacketBuffer) {
 	if pkt.NetworkProtocolNumber == header.IPv6ProtocolNumber {
 		g.g.Dispatcher.DeliverNetworkPacket(pkt.NetworkProtocolNumber, pkt)
 		return
@@ -90,6 +131,13 @@ func (g *GRO) Enqueue(pkt *stack.PacketBuffer) {
 // the buckets empty at once. A round with nothing enqueued costs nothing.
 // Then the transmit round (SetRounds) closes.
 func (g *GRO) Flush() {
+	for i := range g.nacks {
+		a := &g.acks[i]
+		g.deliver(a.pkt)
+		a.pkt.DecRef()
+		*a = heldACK{}
+	}
+	g.nacks = 0
 	if g.held > 0 {
 		for range min(g.held, groBucketSize) {
 			g.g.Flush()
@@ -103,4 +151,141 @@ func (g *GRO) Flush() {
 			end()
 		}
 	}
+}
+
+// maxPureACK is the longest a pure ACK can be: the largest IPv4 header
+// (IPv6's fixed one is shorter) and TCP header.
+const maxPureACK = header.IPv4MaximumHeaderSize + header.TCPHeaderMaximumSize
+
+// flowID names one direction of a TCP flow; proto 0 is no TCP flow.
+type flowID struct {
+	src, dst tcpip.Address
+	ports    uint32
+	proto    tcpip.NetworkProtocolNumber
+}
+
+// heldACK is a pure ACK a round holds until its end, or until its flow
+// sends something else, or until a later ACK of its flow replaces it.
+type heldACK struct {
+	pkt  *stack.PacketBuffer
+	flow flowID
+	ack  seqnum.Value
+}
+
+// holdACK holds the pure ACK pkt of flow f, acknowledging ack: it replaces
+// the flow's held ACK if ack is beyond that one's (the later ACK says all
+// the earlier one did: a higher acknowledgement, a newer window and
+// timestamp), and otherwise delivers the held one first (a duplicate ACK
+// or one acknowledging less must reach TCP as it came: it may be a loss
+// signal or a window update). With every slot taken, the oldest goes up.
+func (g *GRO) holdACK(pkt *stack.PacketBuffer, f flowID, ack seqnum.Value) {
+	for i := range g.nacks {
+		a := &g.acks[i]
+		if a.flow != f {
+			continue
+		}
+		if a.ack.LessThan(ack) {
+			a.pkt.DecRef()
+		} else {
+			g.deliver(a.pkt)
+			a.pkt.DecRef()
+		}
+		// Move it to the end, keeping the slots in arrival order.
+		copy(g.acks[i:], g.acks[i+1:g.nacks])
+		g.nacks--
+		break
+	}
+	if g.nacks == len(g.acks) {
+		g.deliver(g.acks[0].pkt)
+		g.acks[0].pkt.DecRef()
+		copy(g.acks[:], g.acks[1:])
+		g.nacks--
+	}
+	g.acks[g.nacks] = heldACK{pkt: pkt.IncRef(), flow: f, ack: ack}
+	g.nacks++
+}
+
+// releaseACK delivers the ACK held for flow f, if any.
+func (g *GRO) releaseACK(f flowID) {
+	for i := range g.nacks {
+		if a := &g.acks[i]; a.flow == f {
+			g.deliver(a.pkt)
+			a.pkt.DecRef()
+			copy(g.acks[i:], g.acks[i+1:g.nacks])
+			g.nacks--
+			g.acks[g.nacks] = heldACK{}
+			return
+		}
+	}
+}
+
+// tcpFlowOf returns the TCP flow pkt belongs to (proto 0 if it is no
+// TCP segment with a plain IP header), its acknowledgement number, and
+// whether it is thinnable: a pure ACK (flags ACK alone, no payload) whose
+// options, if any, are timestamps and padding. An ACK with SACK blocks, a
+// DSACK or ECN flags carries news a later ACK does not repeat, and goes
+// up as it came.
+func tcpFlowOf(pkt *stack.PacketBuffer) (flowID, seqnum.Value, bool) {
+	var (
+		f      flowID
+		tcpOff int
+		tcpLen int
+	)
+	switch pkt.NetworkProtocolNumber {
+	case header.IPv4ProtocolNumber:
+		b, ok := pkt.Data().PullUp(header.IPv4MinimumSize)
+		if !ok {
+			return flowID{}, 0, false
+		}
+		ip := header.IPv4(b)
+		hl := int(ip.HeaderLength())
+		if ip.TransportProtocol() != header.TCPProtocolNumber || hl < header.IPv4MinimumSize || ip.More() || ip.FragmentOffset() != 0 || int(ip.TotalLength()) > pkt.Data().Size() || int(ip.TotalLength()) < hl {
+			return flowID{}, 0, false
+		}
+		f.src, f.dst, f.proto = ip.SourceAddress(), ip.DestinationAddress(), header.IPv4ProtocolNumber
+		tcpOff, tcpLen = hl, int(ip.TotalLength())-hl
+	case header.IPv6ProtocolNumber:
+		b, ok := pkt.Data().PullUp(header.IPv6MinimumSize)
+		if !ok {
+			return flowID{}, 0, false
+		}
+		ip := header.IPv6(b)
+		if tcpip.TransportProtocolNumber(ip.NextHeader()) != header.TCPProtocolNumber || header.IPv6MinimumSize+int(ip.PayloadLength()) > pkt.Data().Size() {
+			return flowID{}, 0, false
+		}
+		f.src, f.dst, f.proto = ip.SourceAddress(), ip.DestinationAddress(), header.IPv6ProtocolNumber
+		tcpOff, tcpLen = header.IPv6MinimumSize, int(ip.PayloadLength())
+	default:
+		return flowID{}, 0, false
+	}
+	if tcpLen < header.TCPMinimumSize {
+		return flowID{}, 0, false
+	}
+	b, ok := pkt.Data().PullUp(tcpOff + min(tcpLen, header.TCPHeaderMaximumSize))
+	if !ok {
+		return flowID{}, 0, false
+	}
+	tcp := header.TCP(b[tcpOff:])
+	f.ports = uint32(tcp.SourcePort())<<16 | uint32(tcp.DestinationPort())
+	ack := seqnum.Value(tcp.AckNumber())
+	off := int(tcp.DataOffset())
+	if tcp.Flags() != header.TCPFlagAck || off != tcpLen || off < header.TCPMinimumSize {
+		return f, ack, false
+	}
+	for opts := tcp[header.TCPMinimumSize:off]; len(opts) > 0; {
+		switch opts[0] {
+		case header.TCPOptionEOL:
+			opts = nil
+		case header.TCPOptionNOP:
+			opts = opts[1:]
+		case header.TCPOptionTS:
+			if len(opts) < header.TCPOptionTSLength || opts[1] != header.TCPOptionTSLength {
+				return f, ack, false
+			}
+			opts = opts[header.TCPOptionTSLength:]
+		default:
+			return f, ack, false
+		}
+	}
+	return f, ack, true
 }
