@@ -30,6 +30,11 @@ type Stats struct {
 
 	// RXPackets and RXBytes count packets delivered to the attached stack.
 	RXPackets, RXBytes uint64
+	// RXThinnedACKs counts the pure ACKs among RXPackets that receive
+	// offload (GRO) folded into a later ACK of the same TCP flow in the
+	// same receive round, instead of handing each to TCP. ACKs are
+	// cumulative: the later one says all they did, so no news was lost.
+	RXThinnedACKs uint64
 	// RXRounds counts receive rounds (one per batch delivered, like a NAPI
 	// poll): RXPackets/RXRounds is the mean receive batch.
 	RXRounds uint64
@@ -81,6 +86,7 @@ func (s *Stats) Add(o Stats) {
 	s.TXSyscalls += o.TXSyscalls
 	s.RXPackets += o.RXPackets
 	s.RXBytes += o.RXBytes
+	s.RXThinnedACKs += o.RXThinnedACKs
 	s.RXRounds += o.RXRounds
 	s.RXBusyPolled += o.RXBusyPolled
 	s.RXDetached += o.RXDetached

@@ -352,5 +352,6 @@ func (e *Endpoint) QueueStats() []link.Stats {
 func (q *queue) stats() link.Stats {
 	s := q.counters.stats()
 	s.RXBusyPolled = q.gate.Polled()
+	s.RXThinnedACKs = q.gro.ThinnedACKs()
 	return s
 }

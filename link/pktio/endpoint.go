@@ -242,6 +242,7 @@ func (e *Endpoint) LinkStats() link.Stats {
 	s.RXBytes = e.rxBytes.Load()
 	s.RXRounds = e.rxRounds.Load()
 	s.RXBusyPolled = e.gate.Polled()
+	s.RXThinnedACKs = e.gro.ThinnedACKs()
 	s.RXDetached = e.rxDetached.Load()
 	s.RXMalformed = e.rxMalformed.Load()
 	s.RXClosed = e.rxClosed.Load()

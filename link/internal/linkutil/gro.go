@@ -1,6 +1,8 @@
 package linkutil
 
 import (
+	"sync/atomic"
+
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/seqnum"
@@ -55,6 +57,9 @@ type GRO struct {
 
 	acks  [groBucketSize]heldACK // pure ACKs held for the round, acks[:nacks]
 	nacks int
+	// thinned counts the ACKs a later one replaced; read by LinkStats
+	// from any goroutine.
+	thinned atomic.Uint64
 
 	rounds *Rounds // the link's discipline hooks, if SetRounds
 	open   bool    // a round of rounds is open
@@ -74,6 +79,10 @@ func (g *GRO) Init(on bool) {
 	g.on = on
 	g.g.Init(on)
 }
+
+// ThinnedACKs returns how many pure ACKs a later ACK of their flow
+// replaced (link.Stats.RXThinnedACKs). Safe from any goroutine.
+func (g *GRO) ThinnedACKs() uint64 { return g.thinned.Load() }
 
 // Enabled reports whether g coalesces.
 func (g *GRO) Enabled() bool { return g.on }
@@ -186,6 +195,7 @@ func (g *GRO) holdACK(pkt *stack.PacketBuffer, f flowID, ack seqnum.Value) {
 		}
 		if a.ack.LessThan(ack) {
 			a.pkt.DecRef()
+			g.thinned.Add(1)
 		} else {
 			g.deliver(a.pkt)
 			a.pkt.DecRef()

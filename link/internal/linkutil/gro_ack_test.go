@@ -74,8 +74,8 @@ func (s ackSeg) build() *stack.PacketBuffer {
 }
 
 // TestGROThinsACKs: of a round's pure ACKs of one flow, those a later ACK
-// of the flow acknowledges beyond are dropped; anything else keeps its
-// place in the flow's order, and nothing is held past Flush.
+// of the flow acknowledges beyond are dropped and counted; anything else
+// keeps its place in the flow's order, and nothing is held past Flush.
 func TestGROThinsACKs(t *testing.T) {
 	ts := []byte{header.TCPOptionNOP, header.TCPOptionNOP, header.TCPOptionTS, header.TCPOptionTSLength, 0, 0, 0, 1, 0, 0, 0, 2}
 	sack := []byte{header.TCPOptionNOP, header.TCPOptionNOP, header.TCPOptionSACK, 10, 0, 0, 0, 5, 0, 0, 0, 9}
@@ -140,6 +140,10 @@ func TestGROThinsACKs(t *testing.T) {
 				}
 				if len(l.got) != len(want) {
 					t.Fatalf("GRO on %v: delivered %v, want %v", on, l.got, want)
+				}
+				// Every segment went up or was counted as thinned.
+				if got, want := g.ThinnedACKs(), uint64(len(c.round)-len(want)); got != want {
+					t.Fatalf("GRO on %v: %d ACKs counted as thinned, want %d", on, got, want)
 				}
 			}
 		})
