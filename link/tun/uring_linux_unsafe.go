@@ -16,16 +16,29 @@ import (
 // qdiscs' largest batch (and NAPI's weight); a longer batch takes two.
 const txRingEntries = 64
 
+// rxRingEntries is the size of a queue's receive ring: how many packets
+// one io_uring_enter reads at most. 64 is DefaultRXBatch (NAPI's weight);
+// a longer batch takes more trips.
+const rxRingEntries = 64
+
+// rxSlabMax bounds the landing slab of a queue with a receive ring, which
+// holds a slot for each read of a trip: 256 KiB is room for 64 packets of
+// an MTU up to 4 KiB, and for fewer, larger ones (29 slots of a 9000-byte
+// MTU); the slab is never smaller than the landing buffer without the
+// ring (rxBufSize), whose slots it then also holds.
+const rxSlabMax = 256 << 10
+
 // txRingIovecs is how many iovecs one ring trip gathers from, for all its
 // packets together: a packet without the virtio-net header is a header
 // view and a payload view or two, so four per packet leave room. A trip
 // that runs out submits what it has; the rest go in the next one.
 const txRingIovecs = 4 * txRingEntries
 
-// The io_uring ABI (include/uapi/linux/io_uring.h) as far as txRing uses
-// it.
+// The io_uring ABI (include/uapi/linux/io_uring.h) as far as txRing and
+// rxRing use it.
 const (
 	ioringOpWritev              = 2          // IORING_OP_WRITEV
+	ioringOpRead                = 22         // IORING_OP_READ (Linux 5.6)
 	ioringEnterGetEvents        = 1          // IORING_ENTER_GETEVENTS
 	ioringFeatSingleMmap        = 1          // IORING_FEAT_SINGLE_MMAP
 	ioringOffSQEs               = 0x10000000 // IORING_OFF_SQES
@@ -299,4 +312,77 @@ func (r *txRing) write(fd int, pkts []*stack.PacketBuffer) (n int, errno unix.Er
 		return 0, 0, false
 	}
 	return submitted, 0, true
+}
+
+// rxRing is a queue's io_uring for reads: a trip is several read requests
+// into consecutive slots of the queue's landing slab, issued in order in
+// one io_uring_enter, instead of one read(2) each. The requests are not
+// linked (a read that returns less than its buffer, which a packet always
+// does, would cut a chain), and carry RWF_NOWAIT: each returns a packet or
+// EAGAIN at once, and the kernel runs them in order, so the packets land
+// in the slots in the order the device handed them over. Without the
+// virtio-net header every packet is one read, and the system call is a
+// large share of what a read costs. It belongs to the holder of the
+// queue's gate.Owner.
+type rxRing struct {
+	u       uring
+	off     bool                 // the kernel refused it: read(2) from now on
+	results [rxRingEntries]int32 // the completions of one trip, in slot order
+}
+
+// newRXRing sets up a ring, or returns nil where the kernel has none: the
+// queue then reads with read(2).
+func newRXRing() *rxRing {
+	r := &rxRing{}
+	if !r.u.setup(rxRingEntries) {
+		return nil
+	}
+	return r
+}
+
+// close unmaps the ring and closes it; the caller holds the queue's
+// gate.Owner.
+func (r *rxRing) close() {
+	if r != nil {
+		r.u.close()
+	}
+}
+
+// read reads up to k packets from fd, the queue's descriptor, held by the
+// caller's RawConn, into k slots of slot bytes from the start of slab, in
+// one io_uring_enter. It returns each read's result in slot order: the
+// packet's length, 0 at end of file, or -errno (-EAGAIN where the queue was
+// empty); or ok false, having read nothing, if the ring cannot be used
+// (closed, or refused): the caller then reads with read(2). k is at most
+// rxRingEntries and slab holds k slots.
+func (r *rxRing) read(fd int, slab []byte, slot, k int) (results []int32, ok bool) {
+	if r.u.fd < 0 || r.off {
+		return nil, false
+	}
+	for i := range k {
+		*r.u.sqe(i) = uringSQE{
+			opcode:   ioringOpRead,
+			fd:       int32(fd),
+			off:      ioringCurrentPos,
+			addr:     uint64(uintptr(unsafe.Pointer(&slab[i*slot]))),
+			len:      uint32(slot),
+			rwFlags:  rwfNoWait,
+			userData: uint64(i),
+		}
+	}
+	submitted, e := r.u.trip(k, r.results[:])
+	if refused(e) {
+		r.off = true
+	}
+	if submitted == 0 {
+		return nil, false
+	}
+	results = r.results[:submitted]
+	if res := results[0]; res == -int32(unix.EOPNOTSUPP) || res == -int32(unix.EINVAL) {
+		// The file takes no RWF_NOWAIT, or the kernel no io_uring read
+		// (before 5.6): nothing was read, and the ring is of no use.
+		r.off = true
+		return nil, false
+	}
+	return results, true
 }
