@@ -200,8 +200,11 @@ func (q *queue) readTrips(fd uintptr, pushEnd *bool, trip int) (n int, again boo
 			n += got
 			switch {
 			case !ok:
-				// The ring is of no use: read(2) from now on.
-				q.rxSlots = 1
+				// Read this one with read(2); from now on too if the
+				// kernel refused the ring.
+				if q.rxRing.off {
+					q.rxSlots = 1
+				}
 			case err != nil || !again:
 				return n, again, err
 			default:
