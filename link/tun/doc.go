@@ -69,8 +69,20 @@
 // with read(2) into a landing buffer it owns, copies each once into a
 // right-sized pooled view, delivers it, and parks in Go's runtime poller
 // (syscall.RawConn) when the queue is empty, so no OS thread blocks per
-// queue. The landing buffers come from the queue's cache (package cache)
-// and are parked with it, so an idle queue's are released
+// queue. Without the virtio-net header, where every packet is one read, a
+// round that finds more than one packet waiting reads the next ones
+// through the queue's io_uring: trips of up to 64 reads, unlinked and
+// with RWF_NOWAIT, which the kernel runs in order inside one
+// io_uring_enter(2), each into its own MTU-sized slot of the landing
+// buffer. A round's first trip asks for as many packets as the last round
+// read, and a trip that comes back full asks for twice as many next, so a
+// queue that receives one packet at a time still reads it with read(2),
+// and a round ends at the trip that finds the queue empty. A packet larger
+// than a slot (the device's MTU raised from outside) is lost, counted in
+// RXErrors, and the slots grow (Options.NoRXRing turns the ring off;
+// read(2) is used where the kernel has no io_uring, or once a seccomp
+// filter refuses it). The landing buffers come from the queue's cache
+// (package cache) and are parked with it, so an idle queue's are released
 // (Options.NoCache keeps them for good). Transmit writes each packet with one writev(2) (header and the
 // packet's views, no payload copy) to the queue its flow hashes to, so a
 // flow stays on one queue and the kernel answers it on the same one.

@@ -309,6 +309,7 @@ func (e *Endpoint) OffloadStats() OffloadStats {
 func (q *queue) stats() link.Stats {
 	s := q.counters.stats()
 	s.RXBusyPolled = q.gate.Polled()
+	s.RXThinnedACKs = q.gro.ThinnedACKs()
 	return s
 }
 

@@ -400,8 +400,20 @@ type queue struct {
 	rxCache *cache.Cache[[]byte]
 	rxIt    *cache.Item[[]byte]
 	usoIt   *cache.Item[[]byte]
-	rxb     []byte // landing buffer of rxBufSize, without the cache; made on first use
+	rxb     []byte // landing buffer of landingSize, without the cache; made on first use
 	uso     []byte // datagram buffer for splitting USO, without the cache; made on first use
+	// landingSize is the size of the landing buffer: rxBufSize, or with
+	// rxRing the slab of its slots, if larger.
+	landingSize int
+	// rxRing reads a batch of packets in one system call, into rxSlots
+	// slots of rxSlot bytes at the start of the landing buffer (nil:
+	// read(2) each packet). rxTrip is how many reads a round's first trip
+	// asks for: what the last round read, so that a queue that receives
+	// one packet at a time reads it with read(2), as without the ring.
+	// All belong to the holder of gate.Owner.
+	rxRing          *rxRing
+	rxSlot, rxSlots int
+	rxTrip          int
 	// pollRound is busyPoll's round, bound once so that a round
 	// allocates nothing; it leaves its result in pollN and pollErr.
 	pollRound func(fd uintptr)
@@ -448,6 +460,10 @@ func newEndpoint(d device, o Options, off Offloads, fds []int) *Endpoint {
 		if !off.VNetHeader && !o.NoTXRing {
 			q.ring = newTXRing() // nil where the kernel has none: writev
 		}
+		q.landingSize, q.rxSlots, q.rxTrip = rxBufSize, 1, 1
+		if !off.VNetHeader && !o.NoRXRing {
+			q.setupRXRing(o.MTU)
+		}
 		q.gro.Init(!o.NoGRO)
 		q.gro.SetRounds(&e.rounds)
 		q.startWatch = func() {
@@ -457,12 +473,14 @@ func newEndpoint(d device, o Options, off Offloads, fds []int) *Endpoint {
 		if !o.NoCache {
 			q.rxCache = cache.New(cache.Config[[]byte]{
 				Name:  "tun landing buffers",
-				New:   func() []byte { return make([]byte, rxBufSize) },
+				New:   func() []byte { return make([]byte, q.landingSize) },
 				Reset: func(b *[]byte) { *b = (*b)[:cap(*b)] },
 				Size:  func(b *[]byte) int { return cap(*b) },
-				// The read buffer and the USO buffer.
+				// The read buffer and the USO buffer (never both
+				// with the ring, which is only used without the
+				// virtio-net header, and so without USO).
 				MaxItems: 2,
-				MaxBytes: 2 * rxBufSize,
+				MaxBytes: 2 * q.landingSize,
 			})
 		}
 		e.queues = append(e.queues, q)

@@ -105,6 +105,15 @@ type Options struct {
 	// io_uring (and writev where it does not, or once a seccomp filter
 	// refuses it). For comparison.
 	NoTXRing bool
+	// NoRXRing reads every packet with its own read(2). By default,
+	// without the virtio-net header, a receive round that finds more than
+	// one packet waiting reads the next ones with one io_uring_enter(2)
+	// per trip, as up to 64 reads into MTU-sized slots that land the
+	// packets in order, where the kernel offers io_uring (and read(2)
+	// where it does not, or once a seccomp filter refuses it). A round
+	// that reads one packet at a time (request and response traffic)
+	// keeps reading with read(2). For comparison.
+	NoRXRing bool
 }
 
 // DefaultOptions returns the options a nil *Options stands for: one queue,

@@ -25,7 +25,7 @@ var errEOF = errors.New("read: end of file")
 func (q *queue) landing() []byte {
 	if q.rxCache == nil {
 		if q.rxb == nil {
-			q.rxb = make([]byte, rxBufSize)
+			q.rxb = make([]byte, q.landingSize)
 		}
 		return q.rxb
 	}
@@ -66,17 +66,19 @@ func (q *queue) parkLanding() {
 	q.rxCache.Park()
 }
 
-// closeLanding releases the landing buffers once no goroutine receives:
-// Close calls it after joining the receive goroutines, and takes
-// gate.Owner so that a busy poller's round in progress ends first.
+// closeLanding releases the landing buffers and the receive ring once no
+// goroutine receives: Close calls it after joining the receive goroutines,
+// and takes gate.Owner so that a busy poller's round in progress ends
+// first.
 func (q *queue) closeLanding() {
+	q.gate.Owner.Lock()
+	defer q.gate.Owner.Unlock()
+	q.rxRing.close()
 	if q.rxCache == nil {
 		return
 	}
-	q.gate.Owner.Lock()
 	q.rxIt, q.usoIt = nil, nil
 	q.rxCache.Close()
-	q.gate.Owner.Unlock()
 }
 
 // addCacheStats adds what the queue's landing cache counted to s.
@@ -178,11 +180,41 @@ func (q *queue) endRound() {
 	q.rxd = nil
 }
 
-// readLocked is roundLocked's reading and handing to GRO.
+// readLocked is roundLocked's reading and handing to GRO. With the
+// receive ring, a round reads in trips: the first asks for as many
+// packets as the last round read (one: a read(2), as without the ring),
+// and each trip that comes back full asks for twice as many, up to the
+// ring's slots and the round's batch.
 func (q *queue) readLocked(fd uintptr, pushEnd *bool) (n int, again bool, err error) {
+	n, again, err = q.readTrips(fd, pushEnd, q.rxTrip)
+	q.rxTrip = max(n, 1)
+	return n, again, err
+}
+
+// readTrips is readLocked with the first trip's size.
+func (q *queue) readTrips(fd uintptr, pushEnd *bool, trip int) (n int, again bool, err error) {
 	buf := q.landing()
 	for n < q.e.opts.RXBatch {
-		m, rerr := unix.Read(int(fd), buf)
+		if trip = min(trip, q.rxSlots, q.e.opts.RXBatch-n); trip > 1 {
+			got, again, err, ok := q.readRing(fd, buf, trip)
+			n += got
+			switch {
+			case !ok:
+				// Read this one with read(2); from now on too if the
+				// kernel refused the ring.
+				if q.rxRing.off {
+					q.rxSlots = 1
+				}
+			case err != nil || !again:
+				return n, again, err
+			default:
+				if got == trip {
+					trip *= 2
+				}
+				continue
+			}
+		}
+		m, rerr := unix.Read(int(fd), buf[:rxBufSize])
 		q.rxSyscalls.Add(1)
 		switch {
 		case rerr == nil && m == 0:
@@ -200,6 +232,7 @@ func (q *queue) readLocked(fd uintptr, pushEnd *bool) (n int, again bool, err er
 				*pushEnd = true
 				return n, true, nil
 			}
+			trip *= 2
 		case errors.Is(rerr, unix.EAGAIN):
 			return n, false, nil
 		case errors.Is(rerr, unix.EINTR):
@@ -213,6 +246,72 @@ func (q *queue) readLocked(fd uintptr, pushEnd *bool) (n int, again bool, err er
 	}
 	return n, true, nil
 }
+
+// readRing is one trip of up to trip reads through the receive ring into
+// the slots of buf, the landing slab; it hands what it read to GRO, in
+// order. It returns how many packets it read; again is false if the
+// queue ran empty (the trip's last read found nothing: a packet that
+// arrives later wakes the poller), and err is a failure that ends the
+// queue. ok is false if the ring cannot be used, having read nothing.
+func (q *queue) readRing(fd uintptr, buf []byte, trip int) (n int, again bool, err error, ok bool) {
+	slot := q.rxSlot
+	results, ok := q.rxRing.read(int(fd), buf, slot, trip)
+	if !ok {
+		return 0, true, nil, false
+	}
+	q.rxSyscalls.Add(1)
+	for i, res := range results {
+		switch {
+		case res == 0:
+			return n, true, errEOF, true
+		case res >= int32(slot):
+			// Larger than the slot: the device's MTU was raised behind
+			// our back. The packet is lost (cut); make room for the
+			// next ones.
+			q.rxErrors.Add(1)
+			q.growRXSlot(int(res))
+		case res > 0:
+			q.receive(buf[i*slot : i*slot+int(res)])
+			n++
+		case res == -int32(unix.EAGAIN), res == -int32(unix.EINTR):
+		default:
+			q.rxErrors.Add(1)
+			return n, true, os.NewSyscallError("read", unix.Errno(-res)), true
+		}
+	}
+	return n, results[len(results)-1] != -int32(unix.EAGAIN), nil, true
+}
+
+// setupRXRing gives the queue a receive ring, where the kernel has one,
+// with slots for packets of the MTU mtu: as many as rxRingEntries in at
+// most rxSlabMax bytes, or in rxBufSize, the landing buffer without the
+// ring, if that holds more.
+func (q *queue) setupRXRing(mtu uint32) {
+	q.rxRing = newRXRing() // nil where the kernel has none: read(2)
+	if q.rxRing == nil {
+		return
+	}
+	q.rxSlot = rxSlotFor(int(mtu))
+	q.rxSlots = min(rxRingEntries, max(rxSlabMax, rxBufSize)/q.rxSlot)
+	q.landingSize = max(rxBufSize, q.rxSlots*q.rxSlot)
+}
+
+// growRXSlot makes the receive ring's slots hold a packet of size bytes
+// (or, where the read did not say how large the packet was, twice as
+// much as they held), in the landing slab as it is: fewer of them.
+func (q *queue) growRXSlot(size int) {
+	q.rxSlot = max(rxSlotFor(size), 2*q.rxSlot)
+	q.rxSlots = q.landingSize / q.rxSlot
+	if q.rxSlots < 2 {
+		q.rxSlots = 1 // read(2) into the whole buffer from now on
+	}
+}
+
+// rxSlotFor is the receive ring's slot for packets of up to size bytes:
+// one byte more, so that a packet that fills its slot is recognisably cut
+// (a TUN read returns the packet's whole length, a socket's what it
+// copied), rounded up to a cache line.
+func rxSlotFor(size int) int { return (size + 1 + 63) &^ 63 }
 
 // pushed reports whether frame, as read from the device (after a
 // virtio-net header with vnetHdr), is a TCP segment with PSH set: the end
