@@ -246,7 +246,7 @@ func (p *hostPump) abort(reset bool) {
 func (p *hostPump) upLoop() {
 	defer p.c.fl.f.wg.Done()
 	ep := p.c.ep
-	w := hostWriter{rc: p.rc}
+	w := newHostWriter(p.rc)
 	poller := p.c.fl.f.st.Poller()
 	// Signalled by wakeUp from here on, so data that comes after a read
 	// found none is never missed.
@@ -266,7 +266,7 @@ func (p *hostPump) upLoop() {
 	}
 	for {
 		w.full, w.err = false, nil
-		res, terr := ep.Read(&w, tcpip.ReadOptions{})
+		res, terr := ep.Read(w, tcpip.ReadOptions{})
 		p.c.countUp(res.Count)
 		switch terr.(type) {
 		case nil, *tcpip.ErrBadBuffer:
@@ -603,30 +603,52 @@ func (p *hostPump) waitHost() bool {
 }
 
 // hostWriter writes to the host socket without blocking: gVisor calls it
-// with its endpoint locked, which must not wait for the host.
+// with its endpoint locked, which must not wait for the host. It is made
+// once per runner (newHostWriter), and a write allocates nothing: the
+// callback rc.Control runs is bound once, and its arguments and results
+// travel in the struct (a closure capturing them would escape to the heap
+// on every write, three objects per message).
 type hostWriter struct {
 	rc   syscall.RawConn
 	full bool  // the socket's buffer filled up
 	err  error // the socket failed
+
+	write func(fd uintptr) // w.writeFD, bound once
+	b     []byte           // what write writes
+	n     int              // what it wrote
+	errno error            // how it failed
+}
+
+// newHostWriter returns a hostWriter for the host socket behind rc.
+func newHostWriter(rc syscall.RawConn) *hostWriter {
+	w := &hostWriter{rc: rc}
+	w.write = w.writeFD
+	return w
 }
 
 var errWouldBlock = errors.New("host socket buffer full")
+
+// writeFD is the one write system call of Write, run by rc.Control, which
+// holds the descriptor open. Control, not rc.Write: the write never waits
+// for the poller (a full socket is reported, not waited for), so the
+// poller's write lock and readiness reset are work for nothing.
+func (w *hostWriter) writeFD(fd uintptr) {
+	w.n, w.errno = unix.Write(int(fd), w.b)
+}
 
 // Write implements io.Writer: it writes what the socket takes now and
 // reports errWouldBlock (with full set) for the rest.
 func (w *hostWriter) Write(p []byte) (int, error) {
 	done := 0
 	for done < len(p) {
-		var n int
-		var e error
-		if err := w.rc.Write(func(fd uintptr) bool {
-			n, e = unix.Write(int(fd), p[done:])
-			return true
-		}); err != nil {
+		w.b = p[done:]
+		err := w.rc.Control(w.write)
+		w.b = nil // hold no view of gVisor's past the call
+		if err != nil {
 			w.err = err
 			return done, err
 		}
-		switch {
+		switch e := w.errno; {
 		case e == unix.EINTR:
 			continue
 		case e == unix.EAGAIN:
@@ -636,7 +658,7 @@ func (w *hostWriter) Write(p []byte) (int, error) {
 			w.err = e
 			return done, e
 		}
-		done += n
+		done += w.n
 	}
 	return done, nil
 }

@@ -282,3 +282,40 @@ func BenchmarkRelayPingPong(b *testing.B) {
 	defer c.Close()
 	xfer.PingPong(b, c, 64)
 }
+
+// BenchmarkHostWriter is the up runner's write of one 64-byte message
+// into a host socket (a loopback TCP conn whose far end drains it): the
+// hostWriter gVisor's Read calls once per view.
+func BenchmarkHostWriter(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(b, err)
+	defer ln.Close()
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, c)
+		c.Close()
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(b, err)
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	require.NoError(b, err)
+	w := newHostWriter(rc)
+	msg := make([]byte, 64)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(msg)))
+	for b.Loop() {
+		if n, err := w.Write(msg); err != nil || n != len(msg) {
+			// A full socket (the drain fell behind): wait for room.
+			require.ErrorIs(b, err, errWouldBlock)
+			w.full = false
+			time.Sleep(time.Millisecond)
+		}
+	}
+	c.Close()
+	<-drained
+}

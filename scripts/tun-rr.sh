@@ -3,8 +3,9 @@
 # messages) from a network namespace to a server on the host's loopback,
 # through slirp4netns, pasta and `ustack tun`, in one run, alternating the
 # peers REPS times; prints the median of each peer's average latency and
-# its p50/p99 of the median run. The companion of scripts/peers.sh
-# (throughput) for the sandbox issue.
+# its p50/p99 of the median run, then the issue's targets as ratios (avg
+# to slirp4netns's and the kernel's, p99 to pasta's). The companion of
+# scripts/peers.sh (throughput) for the sandbox issue.
 #
 # Needs root, sockperf, slirp4netns and pasta (Debian packages), and a built
 # ustack (USTACK, default: go build into a temporary directory). Everything
@@ -110,7 +111,7 @@ run_peer() {   # run_peer NAME -> prints "avg p50 p99" in usec
     p99=$(echo "$out" | sed -n 's/.*percentile 99.000 = *\([0-9.]*\).*/\1/p' | tail -1)
     echo "${avg:-fail} ${p50:-fail} ${p99:-fail}"
 }
-declare -A RES
+declare -A RES AVG P99
 for r in $(seq "$REPS"); do
     for p in $PEERS; do RES[$p]+="$(run_peer "$p")"$'\n'; done
 done
@@ -124,4 +125,18 @@ for p in $PEERS; do
     if [ -z "$line" ]; then printf '%-20s %9s\n' "$p" fail; continue; fi
     set -- $line
     printf '%-20s %9s %9s %9s %12.0f  %s\n' "$p" "$1" "$2" "$3" "$(echo "1000000 / (2 * $1)" | bc -l)" "$runs"
+    AVG[$p]=$1 P99[$p]=$3
+done
+# The issue's targets as ratios: each peer's avg to slirp4netns's and the
+# kernel's, its p99 to pasta's (the reference peers that ran).
+declare -A REF=([slirp4netns]=AVG [kernel]=AVG [pasta]=P99)
+for r in slirp4netns kernel pasta; do
+    declare -n col=${REF[$r]}
+    [ -n "${col[$r]:-}" ] || continue
+    printf '# %s / %s:' "${REF[$r],,}" "$r"
+    for p in $PEERS; do
+        [ "$p" != "$r" ] && [ -n "${col[$p]:-}" ] && printf ' %s %.2fx' "$p" "$(echo "${col[$p]} / ${col[$r]}" | bc -l)"
+    done
+    echo
+    unset -n col
 done
