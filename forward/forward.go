@@ -20,9 +20,8 @@ import (
 )
 
 // Handler takes the flows a Forwarder intercepts. Its methods are called
-// concurrently, each call in a goroutine of the Forwarder's (which may
-// run later calls once this one returns) that the Forwarder waits for in
-// Close.
+// concurrently, each in a goroutine of its own that the Forwarder waits
+// for in Close.
 type Handler interface {
 	// HandleTCP answers one TCP connection request: Accept or Reject it
 	// before returning (an unanswered request is rejected with a reset).
@@ -57,8 +56,6 @@ type Forwarder struct {
 
 	ctx    context.Context // cancelled by Close: ends handlers' dials
 	cancel context.CancelFunc
-
-	tcpWork chan *TCPRequest // to a TCP handler goroutine waiting for more (tcpHandler)
 
 	mu       sync.Mutex
 	state    int // open, shuttingDown or closed
@@ -97,7 +94,7 @@ func New(st *stack.Stack, h Handler, o *Options) (*Forwarder, error) {
 	f := &Forwarder{
 		st: st, gs: st.GVisor(), h: h, o: opts.normalized(),
 		flows: map[*flow]struct{}{}, udp: map[netip.AddrPort]*UDPFlow{}, half: map[netip.AddrPort]int{},
-		released: make(chan struct{}, 1), tcpWork: make(chan *TCPRequest),
+		released: make(chan struct{}, 1),
 	}
 	f.ping, _ = h.(PingHandler)
 	nics := f.o.NICs

@@ -111,49 +111,6 @@ func (f *Forwarder) handleTCP(r *tcp.ForwarderRequest) {
 		return
 	}
 	req := &TCPRequest{f: f, r: r, fl: fl, src: src, dst: dst}
-	select {
-	case f.tcpWork <- req: // an idle handler goroutine takes it
-	default:
-		f.wg.Add(1) // within this goroutine's count, so before Close's Wait
-		go f.tcpHandler(req)
-	}
-}
-
-// tcpHandlerIdle is how long a goroutine that ran a TCP handler waits for
-// the next request before it ends. A handler's goroutine dials, completes
-// the handshake and carries the first exchange, and its stack grows to
-// fit (to 16 KiB and more, copied at each doubling); reused, the next
-// request finds the stack grown. A burst of connections (10,000 in a few
-// seconds) is served by the same few hundred goroutines, and a second
-// without a new connection lets them all go.
-const tcpHandlerIdle = time.Second
-
-// tcpHandler runs the handler on req, then on the requests handleTCP
-// passes it while it waits, until it has waited tcpHandlerIdle or the
-// Forwarder closes; a goroutine counted in the Forwarder's.
-func (f *Forwarder) tcpHandler(req *TCPRequest) {
-	defer f.wg.Done()
-	var idle *time.Timer
-	for {
-		f.serveTCP(req)
-		if idle == nil {
-			idle = time.NewTimer(tcpHandlerIdle)
-			defer idle.Stop()
-		} else {
-			idle.Reset(tcpHandlerIdle)
-		}
-		select {
-		case req = <-f.tcpWork:
-		case <-idle.C:
-			return
-		case <-f.ctx.Done():
-			return
-		}
-	}
-}
-
-// serveTCP runs the handler on req.
-func (f *Forwarder) serveTCP(req *TCPRequest) {
 	defer req.Reject(true) // if the handler did not answer
 	f.h.HandleTCP(req)
 }
