@@ -94,12 +94,12 @@ for r in $(seq "$REPS"); do
 done
 printf '# %s %s cpus, %d idle TCP flows (1 byte echoed each), %d connecting at once, %d runs (alternating); medians\n' \
     "$(date -u +%FT%TZ)" "$(nproc)" "$N" "$CONC" "$REPS"
-printf '%-8s %10s %12s %12s %12s  %s\n' peer "setup s" "RSS0 KiB" "RSSheld KiB" "KiB/flow" "runs (KiB/flow)"
+printf '%-8s %10s %12s %12s %12s  %s\n' peer "setup s" "RSS0 KiB" "RSSheld KiB" "KiB/flow" "runs (setup s, KiB/flow)"
 med() { sort -g | awk '{a[NR]=$0} END{if(NR) print a[int((NR+1)/2)]}'; }
 for p in $PEERS; do
     ok=$(printf '%s' "${RES[$p]}" | grep -E '^[0-9.]+ ')
     if [ -z "$ok" ]; then printf '%-8s %10s\n' "$p" fail; tail -3 "$WORK/$p.log" >&2; continue; fi
     col() { echo "$ok" | awk -v c="$1" '{print $c}' | med; }
-    runs=$(printf '%s' "${RES[$p]}" | awk '{printf "%s%s", (NR>1?"/":""), ($4==""?"fail":sprintf("%.1f", $4))}')
+    runs=$(printf '%s' "${RES[$p]}" | awk '{printf "%s%s", (NR>1?" ":""), ($4==""?"fail":sprintf("%.2f,%.1f", $1, $4))}')
     printf '%-8s %10.3f %12d %12d %12.1f  %s\n' "$p" "$(col 1)" "$(col 2)" "$(col 3)" "$(col 4)" "$runs"
 done

@@ -15,6 +15,20 @@ import (
 	"time"
 )
 
+// noKeepAlive, as a Dialer's or ListenConfig's KeepAlive, turns TCP
+// keepalive off on both ends of the flows, which Go turns on by default
+// (a probe after 15 s idle): an idle flow then sends nothing at all, and
+// the tool, which shares the machine with the relay it measures, spares
+// four setsockopt calls per connection on each end.
+const noKeepAlive = -1
+
+// Listen listens on the TCP address addr for Serve, with keepalive off on
+// the connections it accepts.
+func Listen(addr string) (net.Listener, error) {
+	lc := net.ListenConfig{KeepAlive: noKeepAlive}
+	return lc.Listen(context.Background(), "tcp", addr)
+}
+
 // Serve accepts connections on ln until ln is closed: each echoes the
 // first byte it reads and is then held until its peer closes it. Serve
 // returns once ln is closed and every connection it accepted has ended;
@@ -60,7 +74,7 @@ func Open(ctx context.Context, addr string, n, conc int) ([]net.Conn, time.Durat
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var d net.Dialer
+			d := net.Dialer{KeepAlive: noKeepAlive}
 			for i := range next {
 				c, err := openOne(ctx, &d, addr, byte(i))
 				if err != nil {

@@ -16,7 +16,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -53,7 +52,7 @@ func serve(args []string) error {
 	if len(args) != 1 {
 		usage()
 	}
-	ln, err := net.Listen("tcp", args[0])
+	ln, err := flowload.Listen(args[0])
 	if err != nil {
 		return err
 	}
