@@ -62,6 +62,15 @@ func Serve(ln net.Listener) {
 // held open for the caller to close, and how long opening them all took.
 // The first failure stops it; the flows opened so far are closed then.
 func Open(ctx context.Context, addr string, n, conc int) ([]net.Conn, time.Duration, error) {
+	d := net.Dialer{KeepAlive: noKeepAlive}
+	dial := func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	return OpenWith(ctx, dial, addr, n, conc)
+}
+
+// OpenWith is Open with the connections made by dial (through a stack of
+// ours, say) instead of the host's dialer; to names their destination in
+// errors.
+func OpenWith(ctx context.Context, dial func(context.Context) (net.Conn, error), to string, n, conc int) ([]net.Conn, time.Duration, error) {
 	conc = max(1, min(conc, n))
 	conns := make([]net.Conn, n)
 	next := make(chan int)
@@ -74,11 +83,10 @@ func Open(ctx context.Context, addr string, n, conc int) ([]net.Conn, time.Durat
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d := net.Dialer{KeepAlive: noKeepAlive}
 			for i := range next {
-				c, err := openOne(ctx, &d, addr, byte(i))
+				c, err := openOne(ctx, dial, byte(i))
 				if err != nil {
-					errs <- fmt.Errorf("flow %d of %d to %s: %w", i+1, n, addr, err)
+					errs <- fmt.Errorf("flow %d of %d to %s: %w", i+1, n, to, err)
 					cancel()
 					return
 				}
@@ -109,8 +117,8 @@ feed:
 }
 
 // openOne connects and exchanges the byte b.
-func openOne(ctx context.Context, d *net.Dialer, addr string, b byte) (net.Conn, error) {
-	c, err := d.DialContext(ctx, "tcp", addr)
+func openOne(ctx context.Context, dial func(context.Context) (net.Conn, error), b byte) (net.Conn, error) {
+	c, err := dial(ctx)
 	if err != nil {
 		return nil, err
 	}
