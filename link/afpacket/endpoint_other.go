@@ -16,6 +16,7 @@ import (
 type queue struct {
 	e    *Endpoint
 	gate linkutil.PollGate
+	gro  linkutil.GRO // for the counters shared with Linux (ThinnedACKs)
 	counters
 }
 
