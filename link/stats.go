@@ -74,6 +74,21 @@ type Reporter interface {
 	LinkStats() Stats
 }
 
+// Coalescer is implemented by link endpoints whose receive path merges
+// packets for the host's own TCP (afpacket, tun and pktio: GRO and the
+// thinning of pure ACKs). A merged segment is larger than the MTU and a
+// thinned ACK stream is not the one the peer sent: fit for a stack that
+// ends the flow, not for one that routes it. Package stack calls
+// SetCoalescing(false) on every NIC of a stack that forwards
+// (stack.Options.Forwarding), before it attaches the endpoint.
+type Coalescer interface {
+	// SetCoalescing turns the merging off (on false), so that every
+	// packet climbs the stack as it came, or back to the endpoint's
+	// configured behaviour. Safe from any goroutine; it takes effect
+	// from the next receive round.
+	SetCoalescing(on bool)
+}
+
 // Add adds every counter of o to s: what an endpoint with several queues
 // reports as its total, or what a caller sums over several endpoints.
 func (s *Stats) Add(o Stats) {

@@ -194,7 +194,9 @@ func pureACK(pkt *gstack.PacketBuffer, t header.TCP) bool {
 // WritePacket implements gstack.QueueingDiscipline.
 func (a *ackDelayer) WritePacket(pkt *gstack.PacketBuffer) tcpip.Error {
 	t := tcpHeader(pkt)
-	if t == nil {
+	if t == nil || pkt.NetworkPacketInfo.IsForwardedPacket {
+		// A routed segment is another host's: its ACKs are that host's
+		// to time (Options.Forwarding).
 		return a.next.WritePacket(pkt)
 	}
 	pure := pureACK(pkt, t)

@@ -16,7 +16,16 @@ type Options struct {
 	// TCP tunes TCP; nil means DefaultTCPOptions.
 	TCP *TCPOptions
 	// Forwarding turns on IPv4 and IPv6 forwarding between NICs, for hosts
-	// that route (a gateway, a VPN endpoint).
+	// that route (a gateway, a VPN endpoint). Routed packets leave as they
+	// came: AddNIC turns the link's receive coalescing off
+	// (link.Coalescer), since a merged segment is larger than the MTU and
+	// gVisor drops a routed packet it would have to fragment (answering
+	// with ICMP "fragmentation needed"), and the delayed ACK holds none of
+	// them. The host's own TCP then goes without GRO too. Segments the
+	// kernel hands a link already merged are not cut again either: give a
+	// forwarding stack links that receive MTU-sized packets (tun with
+	// NoOffload, pktio without VNetHeader, an AF_PACKET interface whose
+	// peer has TSO and GSO off).
 	Forwarding bool
 	// UDPRecvErr sets IP_RECVERR (and IPV6_RECVERR) on every UDP socket the
 	// stack makes, so that a datagram refused by a full NIC queue fails its

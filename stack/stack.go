@@ -16,6 +16,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
+	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
 )
@@ -27,6 +28,7 @@ var ErrClosed = errors.New("ustack: stack closed")
 type Stack struct {
 	s *gstack.Stack
 
+	forwarding bool // Options.Forwarding: NICs get no receive coalescing
 	udpRecvErr bool
 	udpWait    time.Duration  // Options.UDPWait with its default; <= 0: never
 	poller     *poll.Poller   // busy polling; Mode off when disabled
@@ -93,7 +95,7 @@ func New(opts *Options) (*Stack, error) {
 	if tcpOpts.DelayedACK == 0 {
 		tcpOpts.DelayedACK = DefaultDelayedACK
 	}
-	st := &Stack{s: s, udpRecvErr: o.UDPRecvErr, udpWait: o.UDPWait, poller: p, cache: o.Cache.On(), delayedACK: tcpOpts.DelayedACK}
+	st := &Stack{s: s, forwarding: o.Forwarding, udpRecvErr: o.UDPRecvErr, udpWait: o.UDPWait, poller: p, cache: o.Cache.On(), delayedACK: tcpOpts.DelayedACK}
 	st.dns = newResolver(st, o.DNS)
 	if o.Relay {
 		st.relay = installRelayHandlers(s)
@@ -153,6 +155,11 @@ func (s *Stack) AddNIC(ep gstack.LinkEndpoint, opts *NICOptions) (tcpip.NICID, e
 		var err error
 		if qd, err = sched.New(o.Qdisc, ep, o.QdiscOptions); err != nil {
 			return 0, fmt.Errorf("add NIC %q: %w", o.Name, err)
+		}
+	}
+	if s.forwarding {
+		if c, ok := ep.(link.Coalescer); ok {
+			c.SetCoalescing(false) // see Options.Forwarding
 		}
 	}
 	// The delayed ACK stands in front of the discipline (or of the link,

@@ -22,6 +22,7 @@ var (
 	_ stack.LinkEndpoint = (*Endpoint)(nil)
 	_ stack.GSOEndpoint  = (*Endpoint)(nil)
 	_ link.Reporter      = (*Endpoint)(nil)
+	_ link.Coalescer     = (*Endpoint)(nil)
 )
 
 // ErrNotSupported is returned by New where AF_PACKET does not exist (any
@@ -318,6 +319,16 @@ func (e *Endpoint) CacheStats() cache.Stats {
 		q.addCacheStats(&s)
 	}
 	return s
+}
+
+// SetCoalescing implements link.Coalescer: with on false, no queue's GRO
+// merges segments or thins ACKs from its next receive round on. Segments
+// the kernel hands over already merged (with the virtio-net header, or a
+// peer's TSO frames) still come as they are.
+func (e *Endpoint) SetCoalescing(on bool) {
+	for _, q := range e.queues {
+		q.gro.SetCoalescing(on)
+	}
 }
 
 // LinkStats implements link.Reporter: the counters of all queues together. Beyond the

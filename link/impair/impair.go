@@ -22,6 +22,7 @@ var (
 	_ stack.LinkEndpoint     = (*Endpoint)(nil)
 	_ stack.GSOEndpoint      = (*Endpoint)(nil)
 	_ link.Reporter          = (*Endpoint)(nil)
+	_ link.Coalescer         = (*Endpoint)(nil)
 	_ poll.Source            = (*Endpoint)(nil)
 	_ sched.WritableNotifier = (*Endpoint)(nil)
 	_ cacheReporter          = (*Endpoint)(nil)
@@ -114,7 +115,7 @@ func (d Drops) Total() uint64 { return d.Full + d.Closed + d.Failed + d.Detached
 // It is transparent (STYLE rule 17): it implements every optional
 // interface ustack or gVisor finds on a link endpoint by type assertion and
 // passes each through to the wrapped endpoint: link.Reporter (with the
-// impairment counters added), stack.GSOEndpoint, poll.Source,
+// impairment counters added), link.Coalescer, stack.GSOEndpoint, poll.Source,
 // sched.WritableNotifier, CacheStats and Err. Where the wrapped endpoint
 // lacks one, the method reports what such an endpoint would: no GSO, no
 // busy-poll rounds, zero cache counters, no error; and writability is
@@ -131,6 +132,7 @@ type Endpoint struct {
 	caches   cacheReporter
 	errs     errReporter
 	reporter link.Reporter
+	merger   link.Coalescer
 	gso      stack.GSOEndpoint
 
 	rxMu, txMu  sync.Mutex // guard the random sources, held packets and due times
@@ -202,9 +204,18 @@ func Wrap(lower stack.LinkEndpoint, o *Options) (*Endpoint, error) {
 	e.caches, _ = lower.(cacheReporter)
 	e.errs, _ = lower.(errReporter)
 	e.reporter, _ = lower.(link.Reporter)
+	e.merger, _ = lower.(link.Coalescer)
 	e.gso, _ = lower.(stack.GSOEndpoint)
 	e.delays = newDelayLine(e)
 	return e, nil
+}
+
+// SetCoalescing implements link.Coalescer by passing the call through; a
+// wrapped endpoint that merges nothing has nothing to turn off.
+func (e *Endpoint) SetCoalescing(on bool) {
+	if e.merger != nil {
+		e.merger.SetCoalescing(on)
+	}
 }
 
 // Counts returns what the wrapper did to received and to sent packets.

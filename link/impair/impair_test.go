@@ -474,6 +474,11 @@ func TestOptionalInterfacesPassThrough(t *testing.T) {
 	require.EqualValues(t, 65536, g.GSOMaxSize())
 	require.Equal(t, gstack.HostGSOSupported, g.SupportedGSO())
 
+	co, ok := ep.(link.Coalescer)
+	require.True(t, ok, "link.Coalescer (a forwarding stack turns GRO off)")
+	co.SetCoalescing(false)
+	require.False(t, lower.Coalescing.Load(), "the call reached the wrapped endpoint")
+
 	c, ok := ep.(interface{ CacheStats() cache.Stats })
 	require.True(t, ok, "CacheStats")
 	require.EqualValues(t, 5, c.CacheStats().Hits)

@@ -18,6 +18,7 @@ var (
 	_ stack.LinkEndpoint       = (*Endpoint)(nil)
 	_ stack.GSOEndpoint        = (*Featured)(nil)
 	_ link.Reporter            = (*Featured)(nil)
+	_ link.Coalescer           = (*Featured)(nil)
 	_ poll.Source              = (*Featured)(nil)
 	_ writableNotifier         = (*Featured)(nil)
 	_ writableNotifier         = NotifyingWriter{}
@@ -161,7 +162,7 @@ func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 // Featured is an Endpoint with every optional interface ustack or gVisor
 // finds on a link endpoint by type assertion: poll.Source,
 // sched.WritableNotifier, sched.RoundNotifier, link.Reporter,
-// stack.GSOEndpoint, CacheStats and Err. Each returns the value in the matching field and counts its calls
+// link.Coalescer, stack.GSOEndpoint, CacheStats and Err. Each returns the value in the matching field and counts its calls
 // (Calls), so a test can check that a wrapper passes each one through.
 // Set the fields before use; it is then safe for concurrent use.
 type Featured struct {
@@ -174,6 +175,8 @@ type Featured struct {
 	GSO       stack.SupportedGSO
 	Error     error
 	PollRound int
+	// Coalescing is what SetCoalescing last set; true until then.
+	Coalescing atomic.Bool
 
 	callsMu    sync.Mutex
 	calls      map[string]int
@@ -184,7 +187,9 @@ type Featured struct {
 // NewFeatured returns a Featured endpoint writing to w (a new Writer if
 // nil).
 func NewFeatured(w *Writer) *Featured {
-	return &Featured{Endpoint: NewEndpoint(w), calls: map[string]int{}}
+	f := &Featured{Endpoint: NewEndpoint(w), calls: map[string]int{}}
+	f.Coalescing.Store(true)
+	return f
 }
 
 func (f *Featured) called(method string) {
@@ -259,6 +264,9 @@ func (f *Featured) NotifyWritable(w func()) {
 
 // LinkStats implements link.Reporter: Stats.
 func (f *Featured) LinkStats() link.Stats { f.called("LinkStats"); return f.Stats }
+
+// SetCoalescing implements link.Coalescer: it sets Coalescing.
+func (f *Featured) SetCoalescing(on bool) { f.called("SetCoalescing"); f.Coalescing.Store(on) }
 
 // CacheStats returns Cache, as afpacket's and tun's do their caches'.
 func (f *Featured) CacheStats() cache.Stats { f.called("CacheStats"); return f.Cache }

@@ -20,6 +20,7 @@ var (
 	_ stack.LinkEndpoint     = (*Endpoint)(nil)
 	_ stack.GSOEndpoint      = (*Endpoint)(nil)
 	_ link.Reporter          = (*Endpoint)(nil)
+	_ link.Coalescer         = (*Endpoint)(nil)
 	_ poll.Source            = (*Endpoint)(nil)
 	_ sched.WritableNotifier = (*Endpoint)(nil)
 )
@@ -222,6 +223,11 @@ func (e *Endpoint) Counters() Counters {
 		RXSuper:     e.rxSuper.Load(),
 	}
 }
+
+// SetCoalescing implements link.Coalescer: with on false, GRO neither
+// merges segments nor thins ACKs from the next receive round on. Packets
+// written whole with a virtio-net header (VNetHeader) still come whole.
+func (e *Endpoint) SetCoalescing(on bool) { e.gro.SetCoalescing(on) }
 
 // LinkStats implements link.Reporter. TX is the direction towards the
 // consumer (the stack transmits, Read takes), RX the one towards the

@@ -22,6 +22,7 @@ var (
 	_ stack.LinkEndpoint = (*Endpoint)(nil)
 	_ stack.GSOEndpoint  = (*Endpoint)(nil)
 	_ link.Reporter      = (*Endpoint)(nil)
+	_ link.Coalescer     = (*Endpoint)(nil)
 	_ poll.Source        = (*Endpoint)(nil)
 )
 
@@ -271,6 +272,15 @@ func (e *Endpoint) NotifyWritable(f func()) {
 func (e *Endpoint) notifyWritable() {
 	if f := e.writable.Load(); f != nil {
 		(*f)()
+	}
+}
+
+// SetCoalescing implements link.Coalescer: with on false, no queue's GRO
+// merges segments or thins ACKs from its next receive round on. Segments
+// the kernel hands over already merged (with the virtio-net header) still come as they are.
+func (e *Endpoint) SetCoalescing(on bool) {
+	for _, q := range e.queues {
+		q.gro.SetCoalescing(on)
 	}
 }
 

@@ -45,14 +45,24 @@ const groBucketSize = 8
 // where it took 6,400-10,100 of 26-42 KB. TCP's ACKs are cumulative, so
 // the dropped ones told TCP nothing the kept one does not; what only an
 // earlier ACK carries (SACK blocks, a duplicate's loss signal, ECN) keeps
-// it from being dropped. A forwarding stack thins the pure ACKs it routes
-// too, as an ACK-thinning middlebox would.
+// it from being dropped.
+//
+// Both are for the host's own TCP only: a routed segment larger than the
+// MTU cannot leave (gVisor's forwarding drops what it would have to
+// fragment, and keeps no GSO marking to cut it again), and a thinned ACK
+// changes a routed flow's ACK clock. SetCoalescing(false), which a
+// forwarding stack calls on every NIC (link.Coalescer), hands every
+// packet up as it came.
 //
 // A GRO is not safe for concurrent use: it belongs to whoever runs the
 // queue's receive round (the holder of its PollGate.Owner).
 type GRO struct {
 	g    gro.GRO
-	on   bool
+	on   bool // coalescing and thinning in this round
+	want bool // Init's on
+	// off is SetCoalescing(false), from any goroutine; the round's owner
+	// applies it at the next Begin, between rounds, when nothing is held.
+	off  atomic.Bool
 	held int // packets enqueued since the last Flush
 
 	acks  [groBucketSize]heldACK // pure ACKs held for the round, acks[:nacks]
@@ -76,9 +86,15 @@ func (g *GRO) SetRounds(r *Rounds) { g.rounds = r }
 // Init readies g. With on false, Enqueue hands every packet up at once,
 // uncoalesced and unthinned (for comparison).
 func (g *GRO) Init(on bool) {
-	g.on = on
-	g.g.Init(on)
+	g.want = on
+	g.on = on && !g.off.Load()
+	g.g.Init(g.on)
 }
+
+// SetCoalescing turns coalescing and ACK thinning off (on false) or back
+// to what Init asked (link.Coalescer). Safe from any goroutine: it takes
+// effect from the next round.
+func (g *GRO) SetCoalescing(on bool) { g.off.Store(!on) }
 
 // ThinnedACKs returns how many pure ACKs a later ACK of their flow
 // replaced (link.Stats.RXThinnedACKs). Safe from any goroutine.
@@ -88,7 +104,15 @@ func (g *GRO) ThinnedACKs() uint64 { return g.thinned.Load() }
 func (g *GRO) Enabled() bool { return g.on }
 
 // Begin starts a round delivering to d, which must not be nil.
-func (g *GRO) Begin(d stack.NetworkDispatcher) { g.g.Dispatcher = d }
+func (g *GRO) Begin(d stack.NetworkDispatcher) {
+	if on := g.want && !g.off.Load(); on != g.on {
+		// The last round's Flush left nothing held, so gVisor's GRO can
+		// be set up again.
+		g.on = on
+		g.g.Init(on)
+	}
+	g.g.Dispatcher = d
+}
 
 // Enqueue hands pkt to the round's dispatcher, now or by the round's Flush
 // (coalesced with the segments around it), unless pkt is a pure ACK that

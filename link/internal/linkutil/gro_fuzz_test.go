@@ -232,6 +232,25 @@ func TestGROMerges(t *testing.T) {
 	}
 }
 
+// TestGROSetCoalescing: turned off, a round hands each segment up as it
+// came; turned back on, the next round merges again.
+func TestGROSetCoalescing(t *testing.T) {
+	var g GRO
+	g.Init(true)
+	round := groSegments([]byte{0, 0, 230, 0, 0x05, 0x64, 230, 0, 0x0a, 0xc8, 230, 0})[0]
+	for _, c := range []struct {
+		on      bool
+		packets int
+	}{{true, 1}, {false, 3}, {true, 1}} {
+		g.SetCoalescing(c.on)
+		r := newRecorder(t)
+		deliverRound(&g, r, round)
+		if r.packets != c.packets || len(r.bytes) != 3*1380 {
+			t.Fatalf("coalescing %v: 3 in-order segments of 1380 bytes went up as %d packets with %d bytes, want %d with %d", c.on, r.packets, len(r.bytes), c.packets, 3*1380)
+		}
+	}
+}
+
 // TestGROIPv6PassesThrough: IPv6 segments go up at once, one by one, and
 // leave no buffer referenced (TestMain's leak check fails otherwise, as
 // it does when they go through gVisor's GRO).
