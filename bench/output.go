@@ -211,8 +211,8 @@ func WriteContention(w io.Writer, rs []Result) error {
 			}
 			s := side.s
 			fmt.Fprintf(w, "\n== %s %s senders=%d: %s qdisc (%s)\n", r.Test, r.Qdisc, r.Senders, side.name, s.Strategy)
-			fmt.Fprintf(w, "offered %d  enqueued %d  bypassed %d  sent %d in %d batches  requeued %d  quota hand-offs %d  link full %d  refused %d (overlimit %d, burst %d)  dropped %d (overlimit %d, link %d)\n",
-				s.Offered, s.Enqueued, s.Bypassed, s.Sent, s.Batches, s.Requeued, s.QuotaHandoffs, s.LinkFull,
+			fmt.Fprintf(w, "offered %d  enqueued %d  bypassed %d  handed off %d  sent %d in %d batches  requeued %d  quota hand-offs %d  link full %d  refused %d (overlimit %d, burst %d)  dropped %d (overlimit %d, link %d)\n",
+				s.Offered, s.Enqueued, s.Bypassed, s.HandedOff, s.Sent, s.Batches, s.Requeued, s.QuotaHandoffs, s.LinkFull,
 				s.Refused.Total(), s.Refused.Overlimit, s.Refused.Burst, s.Dropped.Total(), s.Dropped.Overlimit, s.Dropped.Link)
 			if err := s.WriteContention(w); err != nil {
 				return err

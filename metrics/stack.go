@@ -67,7 +67,7 @@ func (c *StackCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		q := n.QdiscStats
 		for name, v := range map[string]uint64{
-			"offered": q.Offered, "enqueued": q.Enqueued, "bypassed": q.Bypassed, "sent": q.Sent, "bytes": q.Bytes,
+			"offered": q.Offered, "enqueued": q.Enqueued, "bypassed": q.Bypassed, "handed_off": q.HandedOff, "sent": q.Sent, "bytes": q.Bytes,
 			"batches": q.Batches, "requeued": q.Requeued, "quota_handoffs": q.QuotaHandoffs, "link_full": q.LinkFull,
 			"writable_wakeups": q.WritableWakeups, "timer_retries": q.TimerRetries,
 			"refused_overlimit": q.Refused.Overlimit, "refused_burst": q.Refused.Burst, "refused_closed": q.Refused.Closed, "refused_link": q.Refused.Link,

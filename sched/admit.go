@@ -63,6 +63,9 @@ func (q *Qdisc) admitLocked(pkt *stack.PacketBuffer) (first *stack.PacketBuffer,
 	case q.closed:
 		q.refused.Closed++
 		return nil, false, &tcpip.ErrClosedForSend{}
+	case !q.running && q.handOff:
+		q.handOffLocked(pkt.IncRef())
+		return nil, false, nil
 	case !q.running:
 		// Nobody runs, so the queue is empty: send directly (Linux's
 		// TCQ_F_CAN_BYPASS), taking the token to keep order.
@@ -78,6 +81,20 @@ func (q *Qdisc) admitLocked(pkt *stack.PacketBuffer) (first *stack.PacketBuffer,
 	q.backlogHint.Store(int32(q.fifo.len()))
 	q.enqueued++
 	return nil, q.roundFullLocked(), nil
+}
+
+// handOffLocked queues pkt, which found the queue empty and nobody running
+// it, for the background goroutine (Options.HandOff): the token is parked
+// for it, as after a spent quota, so writers meanwhile queue behind pkt
+// and the goroutine sends them all.
+func (q *Qdisc) handOffLocked(pkt *stack.PacketBuffer) {
+	q.setRunningLocked(true)
+	q.parked = true
+	q.fifo.pushBack(pkt)
+	q.backlogHint.Store(int32(q.fifo.len()))
+	q.enqueued++
+	q.handedOff++
+	q.kickTX()
 }
 
 // closedRoom is the channel Room returns when there is room already.

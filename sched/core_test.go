@@ -327,6 +327,77 @@ func TestBypassWhenIdle(t *testing.T) {
 	}
 }
 
+// TestHandOffWhenIdle: with Options.HandOff a writer that finds the queue
+// idle returns before its packet is written (the link here holds every
+// write until released), and the background goroutine sends it and what
+// queued behind it, in order.
+func TestHandOffWhenIdle(t *testing.T) {
+	for _, name := range ours {
+		t.Run(name, func(t *testing.T) {
+			r := newRecorder()
+			entered, release := make(chan struct{}, 1), make(chan struct{})
+			r.Take = func(n int) int {
+				select {
+				case entered <- struct{}{}:
+				default:
+				}
+				<-release
+				return n
+			}
+			q := newOurs(t, name, r, &Options{HandOff: true})
+			returned := make(chan tcpip.Error)
+			go func() {
+				pkt := flowPacket(1, 0)
+				returned <- q.WritePacket(pkt)
+				pkt.DecRef()
+			}()
+			select {
+			case err := <-returned:
+				require.Nil(t, err)
+			case <-time.After(10 * time.Second):
+				close(release)
+				t.Fatal("WritePacket into an idle queue waited for the link: it did not hand the packet off")
+			}
+			// The background goroutine is (or will be) in the held write:
+			// these queue behind it.
+			<-entered
+			for i := 1; i < 10; i++ {
+				pkt := flowPacket(1, uint32(i))
+				require.Nil(t, q.WritePacket(pkt))
+				pkt.DecRef()
+			}
+			close(release)
+			s := requireConserved(t, q, r)
+			require.Equal(t, uint64(10), s.Sent)
+			require.Equal(t, uint64(1), s.HandedOff, "only the first packet found the queue idle")
+			require.Zero(t, s.Bypassed)
+			q.Close()
+		})
+	}
+}
+
+// TestHandOffStress is TestStressEveryStrategy with Options.HandOff: many
+// writers finding the queue idle, queued or parked for the background
+// goroutine, lose nothing and keep every flow in order.
+func TestHandOffStress(t *testing.T) {
+	perFlow := 300
+	if raceEnabled {
+		perFlow = 60
+	}
+	for _, name := range ours {
+		t.Run(name, func(t *testing.T) {
+			r := newRecorder()
+			q := newOurs(t, name, r, &Options{HandOff: true, Quota: 16})
+			accepted := stress(t, q, 64, 3, perFlow)
+			s := requireConserved(t, q, r)
+			requireDelivered(t, s, r, accepted)
+			require.Positive(t, s.HandedOff)
+			require.Zero(t, s.Bypassed, "no packet bypasses the queue")
+			q.Close()
+		})
+	}
+}
+
 // TestLListCapsBurst holds the root lock so that the leader cannot detach,
 // and checks that the deferred list stops at MaxBurst, refusing the excess,
 // and that the pushers in the list return at once without error.

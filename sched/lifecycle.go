@@ -25,6 +25,7 @@ func newQdisc(strat strategy, lower stack.LinkWriter, o Options) (*Qdisc, error)
 		maxBurst: o.MaxBurst,
 		retry:    o.RetryInterval,
 		profile:  !o.NoProfile,
+		handOff:  o.HandOff,
 		fifo:     newPktRing(o.Limit + min(o.Batch, o.Quota)),
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),

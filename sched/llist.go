@@ -148,6 +148,8 @@ func (q *Qdisc) leadLList() tcpip.Error {
 				q.dropped.Closed++
 			}
 			release = append(release, pkt)
+		case !q.running && q.handOff:
+			q.handOffLocked(pkt)
 		case !q.running:
 			// Empty and idle: the oldest packet goes out directly.
 			q.setRunningLocked(true)

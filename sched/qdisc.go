@@ -134,6 +134,7 @@ type Qdisc struct {
 	retry    time.Duration
 	profile  bool
 	notifies bool
+	handOff  bool
 
 	root profLock // guards everything down to the next blank line
 	idle sync.Cond
@@ -150,6 +151,7 @@ type Qdisc struct {
 	sent, bytes, batches, requeued    uint64
 	refused, dropped                  Drops
 	handoffs, linkFull, retries       uint64
+	handedOff                         uint64
 	rounds, roundFlushes              uint64
 	blocked                           uint64 // waits registered by Room
 	llScratch                         []*node
@@ -237,6 +239,7 @@ func (q *Qdisc) QdiscStats() Stats {
 		Dropped:       q.dropped,
 		Backlog:       q.fifo.len(),
 		QuotaHandoffs: q.handoffs,
+		HandedOff:     q.handedOff,
 		Rounds:        q.rounds,
 		RoundFlushes:  q.roundFlushes,
 		Blocked:       q.blocked,

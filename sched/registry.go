@@ -48,6 +48,17 @@ type Options struct {
 	// NoProfile turns off the contention profile and the WritePacket
 	// latency histogram (on by default; the counters stay on).
 	NoProfile bool
+	// HandOff makes our disciplines send even a packet that finds the
+	// queue idle from their background goroutine: the writer queues it,
+	// wakes the goroutine and returns, instead of writing to the link
+	// itself (bypass, as Linux does and the default). It spends a
+	// goroutine wake-up per idle period to take the link's system call
+	// off the writer, which pays where the writer is a stack's TCP
+	// processor with the next segments to handle and another core is
+	// free: on two cores, ustack bench's tcp_rr over veth and a single
+	// bulk sender gain (see docs/results.md). Counted in Stats.HandedOff.
+	// gVisor's disciplines (none, fifo) ignore it.
+	HandOff bool
 }
 
 func (o *Options) withDefaults() Options {

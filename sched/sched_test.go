@@ -122,6 +122,22 @@ func BenchmarkProfileOverhead(b *testing.B) {
 	}
 }
 
+// BenchmarkHandOff pairs each strategy with Options.HandOff off (bypass)
+// and on, on the costed link, where handing the write to the background
+// goroutine frees the writer: its ns/pkt is what a writer pays.
+func BenchmarkHandOff(b *testing.B) {
+	for _, name := range []string{RootLock, BusyLock, EnqLock, LList} {
+		for _, senders := range []int{1, 64} {
+			for _, on := range []bool{false, true} {
+				b.Run(fmt.Sprintf("%s/senders=%d/handoff=%v", name, senders, on), func(b *testing.B) {
+					lower := &costly{call: 2 * time.Microsecond, packet: 100 * time.Nanosecond}
+					benchWritePacketOpts(b, name, lower, senders, &Options{HandOff: on})
+				})
+			}
+		}
+	}
+}
+
 func benchWritePacket(b *testing.B, name string, lower interface {
 	stack.LinkWriter
 	count() uint64

@@ -46,6 +46,10 @@ type Stats struct {
 	// QuotaHandoffs counts runs that spent their quota with packets left
 	// and handed the rest to the background goroutine.
 	QuotaHandoffs uint64 `json:"quota_handoffs"`
+	// HandedOff counts accepted packets that found the queue idle and were
+	// queued for the background goroutine instead of bypassing it
+	// (Options.HandOff).
+	HandedOff uint64 `json:"handed_off"`
 	// Rounds counts link receive rounds that held the running token
 	// (RoundNotifier), deferring what their delivery wrote to one flush
 	// at the round's end; RoundFlushes counts those flushes that found
@@ -127,6 +131,7 @@ func (s Stats) Sub(prev Stats) Stats {
 	d.Refused = s.Refused.sub(prev.Refused)
 	d.Dropped = s.Dropped.sub(prev.Dropped)
 	d.QuotaHandoffs -= prev.QuotaHandoffs
+	d.HandedOff -= prev.HandedOff
 	d.Rounds -= prev.Rounds
 	d.RoundFlushes -= prev.RoundFlushes
 	d.Blocked -= prev.Blocked

@@ -61,6 +61,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		asCSV    = fs.Bool("csv", false, "write results as CSV")
 		plotPath = fs.String("plot", "", "also draw rate against senders into this PNG file")
 		qlimit   = fs.Int("qdisc-limit", sched.DefaultLimit, "queue length of every qdisc, in packets")
+		handOff  = fs.Bool("qdisc-handoff", false, "our qdiscs send from their background goroutine even when idle, sparing the writer the link's system call (sched.Options.HandOff); default: bypass, the writer sends")
 		busyPoll = fs.String("busypoll", "off", "ustack hosts' busy polling, comma-separated modes to compare: off, on:<us>, spin:<us> (ignores runnable goroutines; for comparison), adaptive[:<us>]")
 		caches   = fs.String("cache", "default", "ustack hosts' buffer caches, comma-separated settings to compare: on, off, default ("+stack.DefaultCache.String()+")")
 		contend  = fs.Bool("contention", false, "after the table, print each cell's qdisc counters, lock contention and WritePacket latency histogram (JSON always carries them)")
@@ -163,7 +164,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		if *qlimit < 1 {
 			return p, usageError{fmt.Errorf("-qdisc-limit %d: must be at least 1", *qlimit)}
 		}
-		p.QdiscOptions = &sched.Options{Limit: *qlimit}
+		p.QdiscOptions = &sched.Options{Limit: *qlimit, HandOff: *handOff}
 		if err := p.Validate(); err != nil {
 			return p, usageError{err}
 		}

@@ -221,3 +221,39 @@ func TestBenchDelayedACK(t *testing.T) {
 	t.Logf("client packets per transaction: delayed ACK %.2f, stock %.2f", on, off)
 	require.Less(t, on, off, "client packets per transaction: delayed ACK %.2f, stock %.2f", on, off)
 }
+
+// TestBenchQdiscHandOff: -qdisc-handoff reaches both hosts' qdiscs, whose
+// packets then all go through the background goroutine (none bypasses);
+// without it an idle qdisc's packets bypass.
+func TestBenchQdiscHandOff(t *testing.T) {
+	counts := func(args ...string) (bypassed, handedOff uint64) {
+		t.Helper()
+		args = append([]string{"bench", "-json", "-link", "mem", "-test", "tcp_rr", "-senders", "1", "-qdisc", "rootlock", "-count", "1", "-duration", "200ms"}, args...)
+		code, out, errs := runCmd(args...)
+		require.Equal(t, 0, code, errs)
+		var doc struct {
+			Results []struct {
+				TPS        float64 `json:"tps"`
+				Contention struct {
+					Client, Server sched.Stats
+				} `json:"contention"`
+			} `json:"results"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
+		require.Len(t, doc.Results, 1)
+		r := doc.Results[0]
+		require.Positive(t, r.TPS)
+		for _, s := range []sched.Stats{r.Contention.Client, r.Contention.Server} {
+			require.Positive(t, s.Sent)
+			bypassed += s.Bypassed
+			handedOff += s.HandedOff
+		}
+		return bypassed, handedOff
+	}
+	b, h := counts()
+	require.Positive(t, b)
+	require.Zero(t, h)
+	b, h = counts("-qdisc-handoff")
+	require.Zero(t, b)
+	require.Positive(t, h)
+}
