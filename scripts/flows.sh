@@ -3,9 +3,13 @@
 # client inside `ustack tun` (and, for comparison, pasta) opens N TCP
 # flows to a server on the host's loopback, each carrying one byte each
 # way (echoed), and holds them. Reports the time to establish them all,
-# the relay's VmRSS before and with the flows held, and KiB per flow;
-# alternates the peers REPS times and prints the medians. The flow-cost
-# companion of scripts/tun-rr.sh (latency) for issue 16.
+# the relay's CPU time per flow while establishing them (user+system,
+# microseconds), its VmRSS before and with the flows held, and KiB per
+# flow; alternates the peers REPS times and prints the medians. Each run
+# gets a fresh server, so no peer inherits another's warmed-up (or
+# exhausted) server. The flow-cost companion of scripts/tun-rr.sh
+# (latency) for issue 16. Setup time on a busy machine is mostly waiting:
+# the relay's CPU per flow is the steadier figure.
 #
 # Needs root, pasta (Debian package passt) for the pasta row, and a Go
 # toolchain (it builds internal/flowload/flowload, and ustack unless USTACK
@@ -55,16 +59,26 @@ if [ -z "${USTACK:-}" ]; then
     USTACK=$WORK/ustack
     (cd "$ROOT" && go build -o "$USTACK" ./cmd/ustack) || exit 1
 fi
-"$WORK/flowload" serve "127.0.0.1:$PORT" >"$WORK/server.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 50); do grep -q listening "$WORK/server.log" && break; sleep 0.1; done
-grep -q listening "$WORK/server.log" || { echo "flows.sh: server: $(cat "$WORK/server.log")" >&2; exit 1; }
 GW=$(ip -4 route show default | awk '/^default/{print $3; exit}')
 
 rss() { awk '/^VmRSS:/{print $2}' "/proc/$1/status" 2>/dev/null; }   # KiB
-run_peer() {   # run_peer NAME -> prints "seconds rss_before_kib rss_held_kib kib_per_flow"
-    local out=$WORK/$1.out pid r0 r1 t i
-    rm -f "$WORK/start" "$WORK/hold" "$out"
+TICK=$(getconf CLK_TCK)
+# cpu PID: the process's own user+system CPU so far, in microseconds
+# (fields 14 and 15 of /proc/PID/stat, counted after the command name,
+# which may hold spaces).
+cpu() { sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | awk -v t="$TICK" '{printf "%.0f\n", ($12 + $13) * 1000000 / t}'; }
+run_peer() {   # run_peer NAME -> prints "seconds rss_before_kib rss_held_kib kib_per_flow relay_cpu_us_per_flow"
+    local out=$WORK/$1.out pid spid r0 r1 c0 c1 t i
+    rm -f "$WORK/start" "$WORK/hold" "$out" "$WORK/server.log"
+    "$WORK/flowload" serve "127.0.0.1:$PORT" >"$WORK/server.log" 2>&1 &
+    spid=$!
+    PIDS+=("$spid")
+    for i in $(seq 50); do grep -q listening "$WORK/server.log" && break; sleep 0.1; done
+    if ! grep -q listening "$WORK/server.log"; then
+        echo "flows.sh: server: $(cat "$WORK/server.log")" >&2
+        kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+        echo fail; return
+    fi
     local client=("$WORK/flowload" open -n "$N" -c "$CONC" -start "$WORK/start" -hold "$WORK/hold")
     case $1 in
         ustack|base) "$([ "$1" = base ] && echo "$BASE" || echo "$USTACK")" tun -allow-host-loopback -max-flows -1 -max-tcp -1 -- "${client[@]}" "198.18.0.1:$PORT" >"$out" 2>&1 & ;;
@@ -73,20 +87,24 @@ run_peer() {   # run_peer NAME -> prints "seconds rss_before_kib rss_held_kib ki
     pid=$!
     sleep 1   # the relay is up and idle; the client waits for start
     r0=$(rss "$pid")
+    c0=$(cpu "$pid")
     touch "$WORK/start"
     for i in $(seq $((N / 10 + 600))); do
         grep -q -e established -e flowload: "$out" && break
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.1
     done
+    c1=$(cpu "$pid")
     sleep "$SETTLE"
     r1=$(rss "$pid")
     touch "$WORK/hold"
     wait "$pid"
+    kill "$spid" 2>/dev/null
+    wait "$spid" 2>/dev/null
     cat "$out" >>"$WORK/$1.log"
     t=$(sed -n 's/^established [0-9]* flows in \([0-9.]*\) s$/\1/p' "$out")
-    if [ -z "$t" ] || [ -z "$r0" ] || [ -z "$r1" ]; then echo fail; return; fi
-    echo "$t $r0 $r1 $(echo "($r1 - $r0) / $N" | bc -l)"
+    if [ -z "$t" ] || [ -z "$r0" ] || [ -z "$r1" ] || [ -z "$c0" ] || [ -z "$c1" ]; then echo fail; return; fi
+    echo "$t $r0 $r1 $(echo "($r1 - $r0) / $N" | bc -l) $(echo "($c1 - $c0) / $N" | bc -l)"
 }
 declare -A RES
 for r in $(seq "$REPS"); do
@@ -94,12 +112,12 @@ for r in $(seq "$REPS"); do
 done
 printf '# %s %s cpus, %d idle TCP flows (1 byte echoed each), %d connecting at once, %d runs (alternating); medians\n' \
     "$(date -u +%FT%TZ)" "$(nproc)" "$N" "$CONC" "$REPS"
-printf '%-8s %10s %12s %12s %12s  %s\n' peer "setup s" "RSS0 KiB" "RSSheld KiB" "KiB/flow" "runs (setup s, KiB/flow)"
+printf '%-8s %10s %12s %12s %12s %12s  %s\n' peer "setup s" "RSS0 KiB" "RSSheld KiB" "KiB/flow" "CPU us/flow" "runs (setup s, KiB/flow, CPU us/flow)"
 med() { sort -g | awk '{a[NR]=$0} END{if(NR) print a[int((NR+1)/2)]}'; }
 for p in $PEERS; do
     ok=$(printf '%s' "${RES[$p]}" | grep -E '^[0-9.]+ ')
     if [ -z "$ok" ]; then printf '%-8s %10s\n' "$p" fail; tail -3 "$WORK/$p.log" >&2; continue; fi
     col() { echo "$ok" | awk -v c="$1" '{print $c}' | med; }
-    runs=$(printf '%s' "${RES[$p]}" | awk '{printf "%s%s", (NR>1?" ":""), ($4==""?"fail":sprintf("%.2f,%.1f", $1, $4))}')
-    printf '%-8s %10.3f %12d %12d %12.1f  %s\n' "$p" "$(col 1)" "$(col 2)" "$(col 3)" "$(col 4)" "$runs"
+    runs=$(printf '%s' "${RES[$p]}" | awk '{printf "%s%s", (NR>1?" ":""), ($5==""?"fail":sprintf("%.2f,%.1f,%.0f", $1, $4, $5))}')
+    printf '%-8s %10.3f %12d %12d %12.1f %12.0f  %s\n' "$p" "$(col 1)" "$(col 2)" "$(col 3)" "$(col 4)" "$(col 5)" "$runs"
 done

@@ -4,8 +4,12 @@
 # through slirp4netns, pasta and `ustack tun`, in one run, alternating the
 # peers REPS times; prints the median of each peer's average latency and
 # its p50/p99 of the median run, then the issue's targets as ratios (avg
-# to slirp4netns's and the kernel's, p99 to pasta's). The companion of
-# scripts/peers.sh (throughput) for the sandbox issue.
+# to slirp4netns's and the kernel's, p99 to pasta's). It also prints the
+# whole machine's CPU time per round trip (user+system+irq of every CPU
+# from /proc/stat, over the run: relay, kernel, client and server), the
+# cost that latency alone hides; it is meaningful only on an otherwise
+# quiet machine. The companion of scripts/peers.sh (throughput) for the
+# sandbox issue.
 #
 # Needs root, sockperf, slirp4netns and pasta (Debian packages), and a built
 # ustack (USTACK, default: go build into a temporary directory). Everything
@@ -89,8 +93,13 @@ GW=$(ip -4 route show default | awk '/^default/{print $3; exit}')
 sleep 0.5
 
 client() { echo sockperf ping-pong --tcp -p "$PORT" -m "$MSG" -t "$DUR" -i "$1"; }
-run_peer() {   # run_peer NAME -> prints "avg p50 p99" in usec
-    local out
+TICK=$(getconf CLK_TCK)
+# busy: every CPU's non-idle time so far, in microseconds (user, nice,
+# system, irq, softirq, steal of /proc/stat's first line).
+busy() { awk -v t="$TICK" '/^cpu /{printf "%.0f\n", ($2 + $3 + $4 + $7 + $8 + $9) * 1000000 / t; exit}' /proc/stat; }
+run_peer() {   # run_peer NAME -> prints "avg p50 p99 cpu_us_per_round_trip" (latency in usec)
+    local out b0 b1
+    b0=$(busy)
     case $1 in
         kernel) out=$($(client 127.0.0.1) 2>&1) ;;
         slirp4netns) out=$(ip netns exec "$NS" $(client 10.0.2.2) 2>&1) ;;
@@ -104,12 +113,20 @@ run_peer() {   # run_peer NAME -> prints "avg p50 p99" in usec
         ustack-noseccomp:u) out=$($AS "$USTACK" tun -seccomp=false -allow-host-loopback -- $(client 198.18.0.1) 2>&1) ;;
         *) out="tun-rr.sh: unknown peer $1" ;;
     esac
+    b1=$(busy)
     echo "$out" >>"$WORK/${1/:/-}.log"
-    local avg p50 p99
+    local avg p50 p99 rtts cpu=fail
     avg=$(echo "$out" | sed -n 's/.*Summary: Latency is \([0-9.]*\) usec.*/\1/p' | tail -1)
     p50=$(echo "$out" | sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p' | tail -1)
     p99=$(echo "$out" | sed -n 's/.*percentile 99.000 = *\([0-9.]*\).*/\1/p' | tail -1)
-    echo "${avg:-fail} ${p50:-fail} ${p99:-fail}"
+    # The CPU time spans the whole command (the relay's start and
+    # sockperf's warm-up too, which a long-running slirp4netns does not
+    # pay here: a fraction of a microsecond per round trip at DUR 5);
+    # sockperf counts round trips after its warm-up, so scale them to it.
+    rtts=$(echo "$out" | sed -n 's/.*RunTime=\([0-9.]*\) sec; Warm up time=\([0-9]*\) msec;.*ReceivedMessages=\([0-9]*\).*/\3 * (\1 + \2 \/ 1000) \/ \1/p' | tail -1)
+    [ -n "$rtts" ] && rtts=$(echo "$rtts" | bc -l)
+    [ -n "$rtts" ] && [ "$(echo "$rtts > 0" | bc)" = 1 ] && cpu=$(echo "($b1 - $b0) / $rtts" | bc -l)
+    echo "${avg:-fail} ${p50:-fail} ${p99:-fail} $cpu"
 }
 declare -A RES AVG P99
 for r in $(seq "$REPS"); do
@@ -117,14 +134,16 @@ for r in $(seq "$REPS"); do
 done
 printf '# %s %s cpus, sockperf TCP ping-pong %dB, %ss x %d runs (alternating); latency usec (half round trip, as sockperf reports)\n' \
     "$(date -u +%FT%TZ)" "$(nproc)" "$MSG" "$DUR" "$REPS"
-printf '%-20s %9s %9s %9s %12s  %s\n' peer avg p50 p99 "trans/s" runs
+printf '%-20s %9s %9s %9s %12s %12s  %s\n' peer avg p50 p99 "trans/s" "cpu_us/rt" runs
 for p in $PEERS; do
     # the run with the median average
     line=$(printf '%s' "${RES[$p]}" | grep -E '^[0-9.]+ ' | sort -g | awk '{a[NR]=$0} END{if(NR) print a[int((NR+1)/2)]}')
     runs=$(printf '%s' "${RES[$p]}" | awk '{printf "%s%s", (NR>1?"/":""), $1}')
     if [ -z "$line" ]; then printf '%-20s %9s\n' "$p" fail; continue; fi
     set -- $line
-    printf '%-20s %9s %9s %9s %12.0f  %s\n' "$p" "$1" "$2" "$3" "$(echo "1000000 / (2 * $1)" | bc -l)" "$runs"
+    cpu=$4
+    [ "$cpu" != fail ] && cpu=$(printf '%.1f' "$cpu")
+    printf '%-20s %9s %9s %9s %12.0f %12s  %s\n' "$p" "$1" "$2" "$3" "$(echo "1000000 / (2 * $1)" | bc -l)" "$cpu" "$runs"
     AVG[$p]=$1 P99[$p]=$3
 done
 # The issue's targets as ratios: each peer's avg to slirp4netns's and the
