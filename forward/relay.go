@@ -52,7 +52,6 @@ var _ PingHandler = (*relay)(nil)
 // HandleTCP implements Handler: dial first, then complete the peer's
 // handshake.
 func (r *relay) HandleTCP(req *TCPRequest) {
-	growStack()
 	f := req.f
 	to, dns, reason, ok := r.pol.target(req.Dst())
 	if !ok {
@@ -313,23 +312,3 @@ func (r *relay) HandlePing(req *PingRequest) {
 	}
 	r.echo.send(req)
 }
-
-// growStack makes the calling goroutine's stack 16 KiB in one copy. A
-// relayed connect (the host dial through package net, the accept through
-// gVisor) needs about that much, and a goroutine starts with 2 KiB, so
-// without this the runtime copies the stack three times per flow, on the
-// goroutine gVisor's forwarder starts for each SYN. The stack is freed
-// when HandleTCP returns, which it does once the flow is parked.
-//
-//go:noinline
-func growStack() {
-	// A frame just over 8 KiB does not fit an 8 KiB stack, so the runtime
-	// doubles the stack until it fits: 16 KiB, copied once.
-	var pad [9 << 10]byte
-	stackSink(pad[:])
-}
-
-// stackSink keeps growStack's frame from being optimised away.
-//
-//go:noinline
-func stackSink(b []byte) { _ = b[len(b)-1] }
