@@ -149,11 +149,16 @@ func TestStressEveryStrategy(t *testing.T) {
 		perFlow = 60
 	}
 	for _, name := range ours {
-		for _, senders := range []int{64, 128} {
-			t.Run(fmt.Sprintf("%s/senders=%d", name, senders), func(t *testing.T) {
+		// With HandOff, writers that find the queue idle queue for the
+		// background goroutine instead of bypassing it.
+		for _, c := range []struct {
+			senders int
+			handOff bool
+		}{{64, false}, {128, false}, {64, true}} {
+			t.Run(fmt.Sprintf("%s/senders=%d/handoff=%v", name, c.senders, c.handOff), func(t *testing.T) {
 				r := newRecorder()
-				q := newOurs(t, name, r, nil)
-				accepted := stress(t, q, senders, 3, perFlow)
+				q := newOurs(t, name, r, &Options{HandOff: c.handOff})
+				accepted := stress(t, q, c.senders, 3, perFlow)
 				s := requireConserved(t, q, r)
 				// The lock-based strategies refuse at the limit, telling the
 				// caller; llist's deferred packets are accepted before the
@@ -163,6 +168,10 @@ func TestStressEveryStrategy(t *testing.T) {
 				}
 				requireDelivered(t, s, r, accepted)
 				require.Positive(t, s.Sent)
+				if c.handOff {
+					require.Positive(t, s.HandedOff)
+					require.Zero(t, s.Bypassed, "no packet bypasses the queue")
+				}
 				q.Close()
 			})
 		}
@@ -371,28 +380,6 @@ func TestHandOffWhenIdle(t *testing.T) {
 			require.Equal(t, uint64(10), s.Sent)
 			require.Equal(t, uint64(1), s.HandedOff, "only the first packet found the queue idle")
 			require.Zero(t, s.Bypassed)
-			q.Close()
-		})
-	}
-}
-
-// TestHandOffStress is TestStressEveryStrategy with Options.HandOff: many
-// writers finding the queue idle, queued or parked for the background
-// goroutine, lose nothing and keep every flow in order.
-func TestHandOffStress(t *testing.T) {
-	perFlow := 300
-	if raceEnabled {
-		perFlow = 60
-	}
-	for _, name := range ours {
-		t.Run(name, func(t *testing.T) {
-			r := newRecorder()
-			q := newOurs(t, name, r, &Options{HandOff: true, Quota: 16})
-			accepted := stress(t, q, 64, 3, perFlow)
-			s := requireConserved(t, q, r)
-			requireDelivered(t, s, r, accepted)
-			require.Positive(t, s.HandedOff)
-			require.Zero(t, s.Bypassed, "no packet bypasses the queue")
 			q.Close()
 		})
 	}

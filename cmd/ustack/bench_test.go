@@ -150,25 +150,11 @@ func TestBenchWG(t *testing.T) {
 	// wg-netstack is left to bench/wgaccounts: wireguard-go's netstack
 	// never releases the packet buffers it injects, which this package's
 	// reference leak check would report.
-	code, out, errs := runCmd("bench", "-json", "-link", "wg", "-test", "tcp_rr", "-qdisc", "llist", "-senders", "1",
-		"-duration", "20ms", "-count", "1")
-	require.Equal(t, 0, code, errs)
-	var doc struct {
-		Results []struct {
-			Link  string  `json:"link"`
-			Qdisc string  `json:"qdisc"`
-			Cache string  `json:"cache"`
-			TPS   float64 `json:"tps"`
-		} `json:"results"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(out), &doc))
-	require.Len(t, doc.Results, 1)
-	require.Equal(t, []string{bench.LinkWG, sched.LList}, []string{doc.Results[0].Link, doc.Results[0].Qdisc})
-	for _, r := range doc.Results {
-		require.Positive(t, r.TPS, r.Link)
-	}
+	r := benchOne(t, "-link", "wg", "-test", "tcp_rr", "-qdisc", "llist", "-senders", "1", "-duration", "20ms", "-count", "1")
+	require.Equal(t, []string{bench.LinkWG, sched.LList}, []string{r.Link, r.Qdisc})
+	require.Positive(t, r.TPS, r.Link)
 
-	code, _, errs = runCmd("bench", "-link", "wg", "-reverse")
+	code, _, errs := runCmd("bench", "-link", "wg", "-reverse")
 	require.Equal(t, 2, code)
 	require.Contains(t, errs, "kernel end")
 }
@@ -202,18 +188,7 @@ func TestBenchProfiles(t *testing.T) {
 func TestBenchDelayedACK(t *testing.T) {
 	perTransaction := func(args ...string) float64 {
 		t.Helper()
-		args = append([]string{"bench", "-json", "-link", "mem", "-test", "tcp_rr", "-senders", "1", "-qdisc", "none", "-count", "1", "-duration", "300ms"}, args...)
-		code, out, errs := runCmd(args...)
-		require.Equal(t, 0, code, errs)
-		var doc struct {
-			Results []struct {
-				SentPPS float64 `json:"sent_pps"`
-				TPS     float64 `json:"tps"`
-			} `json:"results"`
-		}
-		require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
-		require.Len(t, doc.Results, 1)
-		r := doc.Results[0]
+		r := benchOne(t, append([]string{"-link", "mem", "-test", "tcp_rr", "-senders", "1", "-qdisc", "none", "-count", "1", "-duration", "300ms"}, args...)...)
 		require.Positive(t, r.TPS)
 		return r.SentPPS / r.TPS
 	}
@@ -228,22 +203,11 @@ func TestBenchDelayedACK(t *testing.T) {
 func TestBenchQdiscHandOff(t *testing.T) {
 	counts := func(args ...string) (bypassed, handedOff uint64) {
 		t.Helper()
-		args = append([]string{"bench", "-json", "-link", "mem", "-test", "tcp_rr", "-senders", "1", "-qdisc", "rootlock", "-count", "1", "-duration", "200ms"}, args...)
-		code, out, errs := runCmd(args...)
-		require.Equal(t, 0, code, errs)
-		var doc struct {
-			Results []struct {
-				TPS        float64 `json:"tps"`
-				Contention struct {
-					Client, Server sched.Stats
-				} `json:"contention"`
-			} `json:"results"`
-		}
-		require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
-		require.Len(t, doc.Results, 1)
-		r := doc.Results[0]
+		r := benchOne(t, append([]string{"-link", "mem", "-test", "tcp_rr", "-senders", "1", "-qdisc", "rootlock", "-count", "1", "-duration", "200ms"}, args...)...)
 		require.Positive(t, r.TPS)
-		for _, s := range []sched.Stats{r.Contention.Client, r.Contention.Server} {
+		require.NotNil(t, r.Contention, "our qdiscs report their counters")
+		for _, s := range []*sched.Stats{r.Contention.Client, r.Contention.Server} {
+			require.NotNil(t, s)
 			require.Positive(t, s.Sent)
 			bypassed += s.Bypassed
 			handedOff += s.HandedOff
@@ -256,4 +220,18 @@ func TestBenchQdiscHandOff(t *testing.T) {
 	b, h = counts("-qdisc-handoff")
 	require.Zero(t, b)
 	require.Positive(t, h)
+}
+
+// benchOne runs `ustack bench -json` with args, which must make one cell,
+// and returns that cell's result.
+func benchOne(t *testing.T, args ...string) bench.Result {
+	t.Helper()
+	code, out, errs := runCmd(append([]string{"bench", "-json"}, args...)...)
+	require.Equal(t, 0, code, errs)
+	var doc struct {
+		Results []bench.Result `json:"results"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
+	require.Len(t, doc.Results, 1)
+	return doc.Results[0]
 }
