@@ -261,67 +261,89 @@ func TestTunOffloads(t *testing.T) {
 // TestTunUSO has the kernel send UDP with UDP_SEGMENT (one send, many
 // datagrams): with USO negotiated the device hands ustack the
 // super-packet and the endpoint splits it; without, the kernel splits.
-// Either way ustack must receive the datagrams one by one.
+// Either way ustack must receive the datagrams one by one. Then the
+// endpoint's coalescing is turned off, as a stack that routes does, and
+// with it the kernel's offloads: the kernel splits, and ustack receives
+// the same datagrams.
 func TestTunUSO(t *testing.T) {
 	n := newTunNet(t, nil, sched.None)
 	t.Logf("negotiated: %v", n.ep.Offloads())
-	for _, tc := range []struct {
-		name         string
-		kaddr, uaddr netip.Addr
-	}{{"ipv4", tunKernel4.Addr(), tunUstack4.Addr()}, {"ipv6", tunKernel6.Addr(), tunUstack6.Addr()}} {
-		t.Run(tc.name, func(t *testing.T) {
-			const seg, count = 1000, 20
-			pc, err := n.s.ListenUDP(netip.AddrPortFrom(tc.uaddr, 9000))
-			require.NoError(t, err)
-			defer pc.Close()
-			before := n.ep.OffloadStats()
-			var kc *net.UDPConn
-			require.NoError(t, n.k.Do(func() error {
-				c, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(tc.kaddr, 0)), net.UDPAddrFromAddrPort(netip.AddrPortFrom(tc.uaddr, 9000)))
-				kc = c
-				return err
-			}))
-			defer kc.Close()
-			rc, err := kc.SyscallConn()
-			require.NoError(t, err)
-			var serr error
-			require.NoError(t, rc.Control(func(fd uintptr) {
-				serr = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_SEGMENT, seg)
-			}))
-			if serr != nil {
-				skip(t, "the kernel refuses UDP_SEGMENT (Linux 4.18+) on the sending socket: %v", serr)
-			}
-			msg := make([]byte, seg*count-seg/2) // the last datagram is half size
-			for i := range msg {
-				msg[i] = byte(i / seg)
-			}
-			_, err = kc.Write(msg)
-			require.NoError(t, err)
-			buf := make([]byte, 65536)
-			var got []byte
-			for i := range count {
-				require.NoError(t, pc.SetReadDeadline(time.Now().Add(5*time.Second)))
-				m, _, err := pc.ReadFrom(buf)
-				require.NoError(t, err, "datagram %d", i)
-				want := seg
-				if i == count-1 {
-					want = seg / 2
+	off := n.ep.Offloads()
+	for _, coalescing := range []bool{true, false} {
+		n.ep.SetCoalescing(coalescing)
+		for _, tc := range []struct {
+			name         string
+			kaddr, uaddr netip.Addr
+		}{{"ipv4", tunKernel4.Addr(), tunUstack4.Addr()}, {"ipv6", tunKernel6.Addr(), tunUstack6.Addr()}} {
+			t.Run(fmt.Sprintf("%s/coalescing=%v", tc.name, coalescing), func(t *testing.T) {
+				split, datagrams := tunSendUSO(t, n, tc.kaddr, tc.uaddr)
+				t.Logf("USO super-packets split: %d, into %d datagrams", split, datagrams)
+				switch {
+				case !coalescing:
+					require.Zero(t, split, "without offloads the kernel splits")
+				case off.USO4 && off.USO6:
+					require.Equal(t, uint64(1), split, "the kernel handed over one super-packet")
+					require.Equal(t, uint64(tunUSOCount), datagrams)
 				}
-				require.Equal(t, want, m, "datagram %d arrives on its own", i)
-				got = append(got, buf[:m]...)
-			}
-			require.Equal(t, msg, got)
-			after := n.ep.OffloadStats()
-			t.Logf("USO super-packets split: %d, into %d datagrams", after.RXUSOSplit-before.RXUSOSplit, after.RXUSODatagrams-before.RXUSODatagrams)
-			if off := n.ep.Offloads(); off.USO4 && off.USO6 {
-				// The endpoint counts a super-packet before delivering
-				// any of its datagrams, so the count is final here.
-				require.Equal(t, uint64(1), after.RXUSOSplit-before.RXUSOSplit, "the kernel handed over one super-packet")
-				require.Equal(t, uint64(count), after.RXUSODatagrams-before.RXUSODatagrams)
-			}
-		})
+			})
+		}
 	}
 	tunCheckClean(t, n.ep)
+}
+
+const tunUSOSeg, tunUSOCount = 1000, 20
+
+// tunSendUSO sends one UDP_SEGMENT write of tunUSOCount datagrams from the
+// kernel's kaddr to ustack's uaddr, checks that ustack receives them one
+// by one, intact, and returns how many super-packets the endpoint split
+// meanwhile, into how many datagrams.
+func tunSendUSO(t *testing.T, n *tunNet, kaddr, uaddr netip.Addr) (split, datagrams uint64) {
+	t.Helper()
+	const seg, count = tunUSOSeg, tunUSOCount
+	pc, err := n.s.ListenUDP(netip.AddrPortFrom(uaddr, 9000))
+	require.NoError(t, err)
+	defer pc.Close()
+	before := n.ep.OffloadStats()
+	var kc *net.UDPConn
+	require.NoError(t, n.k.Do(func() error {
+		c, err := net.DialUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(kaddr, 0)), net.UDPAddrFromAddrPort(netip.AddrPortFrom(uaddr, 9000)))
+		kc = c
+		return err
+	}))
+	defer kc.Close()
+	rc, err := kc.SyscallConn()
+	require.NoError(t, err)
+	var serr error
+	require.NoError(t, rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_SEGMENT, seg)
+	}))
+	if serr != nil {
+		skip(t, "the kernel refuses UDP_SEGMENT (Linux 4.18+) on the sending socket: %v", serr)
+	}
+	msg := make([]byte, seg*count-seg/2) // the last datagram is half size
+	for i := range msg {
+		msg[i] = byte(i / seg)
+	}
+	_, err = kc.Write(msg)
+	require.NoError(t, err)
+	buf := make([]byte, 65536)
+	var got []byte
+	for i := range count {
+		require.NoError(t, pc.SetReadDeadline(time.Now().Add(5*time.Second)))
+		m, _, err := pc.ReadFrom(buf)
+		require.NoError(t, err, "datagram %d", i)
+		want := seg
+		if i == count-1 {
+			want = seg / 2
+		}
+		require.Equal(t, want, m, "datagram %d arrives on its own", i)
+		got = append(got, buf[:m]...)
+	}
+	require.Equal(t, msg, got)
+	// The endpoint counts a super-packet before delivering any of its
+	// datagrams, so the count is final here.
+	after := n.ep.OffloadStats()
+	return after.RXUSOSplit - before.RXUSOSplit, after.RXUSODatagrams - before.RXUSODatagrams
 }
 
 // TestTunMultiQueue opens the device with four queues and runs several

@@ -21,11 +21,12 @@ type Options struct {
 	// (link.Coalescer), since a merged segment is larger than the MTU and
 	// gVisor drops a routed packet it would have to fragment (answering
 	// with ICMP "fragmentation needed"), and the delayed ACK holds none of
-	// them. The host's own TCP then goes without GRO too. Segments the
-	// kernel hands a link already merged are not cut again either: give a
-	// forwarding stack links that receive MTU-sized packets (tun with
-	// NoOffload, pktio without VNetHeader, an AF_PACKET interface whose
-	// peer has TSO and GSO off).
+	// them. The host's own TCP then goes without GRO too. A tun device
+	// is asked for no offloads then, so the kernel segments and checksums
+	// what it hands over; segments other links receive already merged are
+	// not cut again: give a forwarding stack links that receive MTU-sized
+	// packets (pktio without VNetHeader, an AF_PACKET interface whose peer
+	// has TSO and GSO off; tun unless its offloads were Inherited).
 	Forwarding bool
 	// UDPRecvErr sets IP_RECVERR (and IPV6_RECVERR) on every UDP socket the
 	// stack makes, so that a datagram refused by a full NIC queue fails its

@@ -57,6 +57,9 @@ type Endpoint struct {
 	multiQueue bool     // the device is multi-queue (IFF_MULTI_QUEUE)
 	opts       Options  // immutable after Open
 	offloads   Offloads // immutable after Open
+	// setOffload is the TUNSETOFFLOAD ioctl Open used (nil off Linux), for
+	// SetCoalescing.
+	setOffload func(fd int, flags uint) error
 	gsoKind    stack.SupportedGSO
 	queues     []*queue           // immutable after Open
 	gates      linkutil.PollGates // the queues' busy-poll gates, in queue order
@@ -276,12 +279,19 @@ func (e *Endpoint) notifyWritable() {
 }
 
 // SetCoalescing implements link.Coalescer: with on false, no queue's GRO
-// merges segments or thins ACKs from its next receive round on. Segments
-// the kernel hands over already merged (with the virtio-net header) still come as they are.
+// merges segments or thins ACKs from its next receive round on, and the
+// kernel is asked for no offloads (TUNSETOFFLOAD 0), so that it hands
+// over packets as they would cross a wire: segmented, with full
+// checksums, not the TCP super-segments and partial checksums it
+// otherwise sends for speed, which a router could only drop. With on true
+// the offloads Open negotiated (Offloads) are asked for again. A device
+// whose offloads were Inherited keeps them: the kernel refused to change
+// them once already.
 func (e *Endpoint) SetCoalescing(on bool) {
 	for _, q := range e.queues {
 		q.gro.SetCoalescing(on)
 	}
+	e.setKernelOffloads(on)
 }
 
 // LinkStats implements link.Reporter: the sum over all queues.

@@ -59,6 +59,8 @@ func (*queue) addCacheStats(*cache.Stats) {}
 
 func (*Endpoint) closeCaches() {}
 
+func (*Endpoint) setKernelOffloads(bool) {}
+
 // WritePackets implements stack.LinkWriter; without TUN it sends nothing.
 func (*Endpoint) WritePackets(stack.PacketBufferList) (int, tcpip.Error) {
 	return 0, &tcpip.ErrNotSupported{}

@@ -232,7 +232,9 @@ func setup(io ioctls, d device, o Options, fds []int) (*Endpoint, error) {
 		}
 		unix.CloseOnExec(fd)
 	}
-	return newEndpoint(d, o, off, fds), nil
+	e := newEndpoint(d, o, off, fds)
+	e.setOffload = io.setOffload
+	return e, nil
 }
 
 // openQueue opens one queue of the device and returns its descriptor and
@@ -333,6 +335,37 @@ func negotiate(io ioctls, d device, fd int, noOffload bool) (Offloads, error) {
 	// No offload at all: the header stays, with nothing in it to act on
 	// but the kernel's checksum verdicts.
 	return off, nil
+}
+
+// flags is o as TUNSETOFFLOAD flags.
+func (o Offloads) flags() uint {
+	var f uint
+	for _, b := range []struct {
+		on   bool
+		flag uint
+	}{{o.Checksum, tunFCsum}, {o.TSO4, tunFTSO4}, {o.TSO6, tunFTSO6}, {o.USO4, tunFUSO4}, {o.USO6, tunFUSO6}} {
+		if b.on {
+			f |= b.flag
+		}
+	}
+	return f
+}
+
+// setKernelOffloads asks the kernel for the negotiated offloads (on) or
+// none, for SetCoalescing. The offloads are the device's, so one queue's
+// descriptor serves; rc keeps it from being closed under the call. If the
+// kernel refuses (the device was deleted, or a policy allows the ioctl no
+// longer), the offloads stay as they were: a forwarding stack then drops
+// the super-segments it cannot route, and counts them.
+func (e *Endpoint) setKernelOffloads(on bool) {
+	f := e.offloads.flags()
+	if e.setOffload == nil || f == 0 || len(e.queues) == 0 {
+		return
+	}
+	if !on {
+		f = 0
+	}
+	e.queues[0].rc.Control(func(fd uintptr) { _ = e.setOffload(int(fd), f) })
 }
 
 // configure sets the MTU, adds the addresses and brings the link up,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -256,6 +257,42 @@ func TestTunOpenFDNegotiates(t *testing.T) {
 	receiveOne(e.queues[0], frame(vnet.Header{Flags: vnet.FlagNeedsCsum, GSOType: vnet.GSOTCPv4, GSOSize: 1000, HdrLen: 40, CsumStart: 20, CsumOffset: 16}, tso))
 	require.Len(t, r.Packets(), 1)
 	require.Equal(t, uint64(1), e.OffloadStats().RXSuperSegments)
+}
+
+// TestTunSetCoalescingOffloads: a stack that routes turns coalescing off,
+// and with it the kernel's offloads, so that the kernel hands over
+// packets as they would cross a wire; turning it on asks for what Open
+// negotiated again. A device without offloads, or with inherited ones,
+// is left alone.
+func TestTunSetCoalescingOffloads(t *testing.T) {
+	vnetDev := device{name: "fwd0", flags: tunPlain | unix.IFF_VNET_HDR}
+	f := &fakeTUN{dev: vnetDev, hdrSize: vnet.HeaderSize, offload: noUSO}
+	e, _, _ := adopt(t, f, nil)
+	negotiated := offloadTries[1]
+	require.Equal(t, negotiated, f.offered[len(f.offered)-1])
+	e.SetCoalescing(false)
+	require.Equal(t, uint(0), f.offered[len(f.offered)-1], "no offloads for a router")
+	e.SetCoalescing(true)
+	require.Equal(t, negotiated, f.offered[len(f.offered)-1], "the negotiated offloads again")
+	require.Equal(t, Offloads{VNetHeader: true, Checksum: true, TSO4: true, TSO6: true}, e.Offloads(), "Offloads reports what Open negotiated")
+
+	for _, tc := range []struct {
+		name string
+		f    *fakeTUN
+		o    *Options
+	}{
+		{"no offload", &fakeTUN{dev: vnetDev, hdrSize: vnet.HeaderSize, offload: noUSO}, &Options{NoOffload: true}},
+		{"inherited", &fakeTUN{dev: vnetDev, hdrSize: vnet.HeaderSize, offload: func(uint) error { return unix.EPERM }}, nil},
+		{"no header", &fakeTUN{dev: device{name: "fwd1", flags: tunPlain}, offload: noUSO}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, _, _ := adopt(t, tc.f, tc.o)
+			before := slices.Clone(tc.f.offered)
+			e.SetCoalescing(false)
+			e.SetCoalescing(true)
+			require.Equal(t, before, tc.f.offered, "no offload request")
+		})
+	}
 }
 
 // TestTunOpenFDRefusals: every refusal after detection leaves the
