@@ -54,10 +54,12 @@ case " $PEERS " in *" pasta "*)
 esac
 [ -n "$PEERS" ] || { echo "flows.sh: no peer left to run" >&2; exit 1; }
 WORK=$(mktemp -d -t flows.XXXXXX)
-PIDS=()
+# The server and the relay of the run in progress, for cleanup; each is
+# forgotten once reaped, since its pid may then be reused.
+SPID= RPID=
 cleanup() {
     local p
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+    for p in $RPID $SPID; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -78,15 +80,14 @@ TICK=$(getconf CLK_TCK)
 # which may hold spaces).
 cpu() { sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | awk -v t="$TICK" '{printf "%.0f\n", ($12 + $13) * 1000000 / t}'; }
 run_peer() {   # run_peer NAME -> prints "seconds rss_before_kib rss_held_kib kib_per_flow relay_cpu_us_per_flow"
-    local out=$WORK/$1.out pid spid r0 r1 c0 c1 t i
+    local out=$WORK/$1.out pid r0 r1 c0 c1 t i
     rm -f "$WORK/start" "$WORK/hold" "$out" "$WORK/server.log"
     "$WORK/flowload" serve "127.0.0.1:$PORT" >"$WORK/server.log" 2>&1 &
-    spid=$!
-    PIDS+=("$spid")
+    SPID=$!
     for i in $(seq 50); do grep -q listening "$WORK/server.log" && break; sleep 0.1; done
     if ! grep -q listening "$WORK/server.log"; then
         echo "flows.sh: server: $(cat "$WORK/server.log")" >&2
-        kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+        kill "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null; SPID=
         echo fail; return
     fi
     local client=("$WORK/flowload" open -n "$N" -c "$CONC" -start "$WORK/start" -hold "$WORK/hold")
@@ -94,7 +95,7 @@ run_peer() {   # run_peer NAME -> prints "seconds rss_before_kib rss_held_kib ki
         ustack|base) "$([ "$1" = base ] && echo "$BASE" || echo "$USTACK")" tun -allow-host-loopback -max-flows -1 -max-tcp -1 -- "${client[@]}" "198.18.0.1:$PORT" >"$out" 2>&1 & ;;
         pasta) pasta --runas 0 --config-net -q -f -- "${client[@]}" "$GW:$PORT" >"$out" 2>&1 & ;;
     esac
-    pid=$!
+    pid=$! RPID=$!
     sleep 1   # the relay is up and idle; the client waits for start
     r0=$(rss "$pid")
     c0=$(cpu "$pid")
@@ -109,8 +110,10 @@ run_peer() {   # run_peer NAME -> prints "seconds rss_before_kib rss_held_kib ki
     r1=$(rss "$pid")
     touch "$WORK/hold"
     wait "$pid"
-    kill "$spid" 2>/dev/null
-    wait "$spid" 2>/dev/null
+    RPID=
+    kill "$SPID" 2>/dev/null
+    wait "$SPID" 2>/dev/null
+    SPID=
     cat "$out" >>"$WORK/$1.log"
     t=$(sed -n 's/^established [0-9]* flows in \([0-9.]*\) s$/\1/p' "$out")
     if [ -z "$t" ] || [ -z "$r0" ] || [ -z "$r1" ] || [ -z "$c0" ] || [ -z "$c1" ]; then echo fail; return; fi
