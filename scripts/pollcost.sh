@@ -12,11 +12,11 @@
 # Needs sockperf (Debian package) and a Go toolchain; no root. Everything
 # it starts is stopped on exit; no traffic leaves loopback.
 #
-# Env: DUR [5] seconds per run, REPS [3], PORT [5441] (the relay listens
+# Env: DUR [5] seconds per run, REPS [5], PORT [5441] (the relay listens
 #      on PORT+1), MSG [64] bytes, PROCS [1] the relay's GOMAXPROCS
 set -u
 export LC_ALL=C
-DUR=${DUR:-5} REPS=${REPS:-3} PORT=${PORT:-5441} MSG=${MSG:-64} PROCS=${PROCS:-1}
+DUR=${DUR:-5} REPS=${REPS:-5} PORT=${PORT:-5441} MSG=${MSG:-64} PROCS=${PROCS:-1}
 for t in sockperf go; do
     command -v "$t" >/dev/null || { echo "pollcost.sh: missing $t (apt-get install sockperf)" >&2; exit 1; }
 done
