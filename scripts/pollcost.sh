@@ -7,16 +7,28 @@
 # slirp4netns's event loop waits), alternating REPS times. Prints each
 # mode's median average latency, its p50/p99, and the relay's own CPU per
 # round trip (user+system from /proc), then loop/poller ratios. No gVisor,
-# no TUN: the difference is the waiting alone. See docs/results.md.
+# no TUN: the difference is the waiting alone. By default the relay runs
+# as ustack tun runs its own: GOMAXPROCS 1, and the runtime's monitor
+# thread (sysmon) kept on its slow tick (GODEBUG schedtrace, what `ustack
+# tun -sysmon-tick` sets); SYSMON=default leaves sysmon as Go runs it,
+# which ticks every 20 us around the loop's blocking epoll_pwait and wakes
+# after every idle spell of the poller's. See docs/results.md.
 #
 # Needs sockperf (Debian package) and a Go toolchain; no root. Everything
 # it starts is stopped on exit; no traffic leaves loopback.
 #
 # Env: DUR [5] seconds per run, REPS [5], PORT [5441] (the relay listens
-#      on PORT+1), MSG [64] bytes, PROCS [1] the relay's GOMAXPROCS
+#      on PORT+1), MSG [64] bytes, PROCS [1] the relay's GOMAXPROCS,
+#      SYSMON [slow] or default: the monitor thread's tick
 set -u
 export LC_ALL=C
 DUR=${DUR:-5} REPS=${REPS:-5} PORT=${PORT:-5441} MSG=${MSG:-64} PROCS=${PROCS:-1}
+SYSMON=${SYSMON:-slow}
+case $SYSMON in
+    slow) RELAYDEBUG=${GODEBUG:+$GODEBUG,}schedtrace=2147483647 ;;
+    default) RELAYDEBUG=${GODEBUG:-} ;;
+    *) echo "pollcost.sh: SYSMON=$SYSMON: want slow or default" >&2; exit 2 ;;
+esac
 for t in sockperf go; do
     command -v "$t" >/dev/null || { echo "pollcost.sh: missing $t (apt-get install sockperf)" >&2; exit 1; }
 done
@@ -38,7 +50,7 @@ TICK=$(getconf CLK_TCK)
 cpu() { sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | awk -v t="$TICK" '{printf "%.0f\n", ($12 + $13) * 1000000 / t}'; }
 run_mode() {   # run_mode MODE -> prints "avg p50 p99 relay_cpu_us_per_round_trip"
     local out c0 c1 i rtts
-    "$WORK/pollcost" -mode "$1" -procs "$PROCS" -listen "127.0.0.1:$((PORT + 1))" -to "127.0.0.1:$PORT" >"$WORK/relay.log" 2>&1 &
+    GODEBUG=$RELAYDEBUG "$WORK/pollcost" -mode "$1" -procs "$PROCS" -listen "127.0.0.1:$((PORT + 1))" -to "127.0.0.1:$PORT" >"$WORK/relay.log" 2>&1 &
     RPID=$!
     for i in $(seq 50); do grep -q listening "$WORK/relay.log" && break; sleep 0.1; done
     if ! grep -q listening "$WORK/relay.log"; then
@@ -66,8 +78,8 @@ declare -A RES MED
 for r in $(seq "$REPS"); do
     for m in poller loop; do RES[$m]+="$(run_mode "$m")"$'\n'; done
 done
-printf '# %s %s cpus, sockperf TCP ping-pong %dB on loopback through a relay (GOMAXPROCS %d), %ss x %d runs (alternating); latency usec (half round trip)\n' \
-    "$(date -u +%FT%TZ)" "$(nproc)" "$MSG" "$PROCS" "$DUR" "$REPS"
+printf '# %s %s cpus, sockperf TCP ping-pong %dB on loopback through a relay (GOMAXPROCS %d, sysmon tick %s), %ss x %d runs (alternating); latency usec (half round trip)\n' \
+    "$(date -u +%FT%TZ)" "$(nproc)" "$MSG" "$PROCS" "$SYSMON" "$DUR" "$REPS"
 printf '%-8s %9s %9s %9s %16s  %s\n' mode avg p50 p99 "relay cpu_us/rt" "runs (avg, cpu_us/rt)"
 for m in poller loop; do
     ok=$(printf '%s' "${RES[$m]}" | grep -E '^[0-9.]+ [0-9.]+ [0-9.]+ [0-9.]+$')

@@ -29,7 +29,8 @@ go run ./cmd/ustack bench -link veth,tun -test tcp_stream -senders 1 -qdisc none
 go run ./cmd/ustack bench -link veth -test udp_stream -senders 64 -count 3"
 add sandbox yes "scripts/peers.sh
 scripts/tun-rr.sh"
-add pollcost no "scripts/pollcost.sh"
+add pollcost no "scripts/pollcost.sh
+SYSMON=default scripts/pollcost.sh"
 add busypoll no "go run ./cmd/ustack bench -test tcp_rr,udp_rr -qdisc none -senders 1,16,64 -busypoll off,on:50,spin:50,adaptive -count 3"
 add busypoll-veth yes "go run ./cmd/ustack bench -link veth -test tcp_rr,udp_rr -qdisc none -senders 1,16,64 -busypoll off,on:50,spin:50,adaptive -count 3"
 add cache no "go run ./cmd/ustack bench -test tcp_rr,udp_stream -cache off,on -count 3
