@@ -70,14 +70,7 @@ func TestRelayBytesAndHalfClose(t *testing.T) {
 			deadline := time.Now().Add(20 * time.Second)
 			client.SetDeadline(deadline)
 			server.SetDeadline(deadline)
-			wrote := make(chan error, 1)
-			go func() {
-				_, err := client.Write(up)
-				if err == nil {
-					err = client.CloseWrite()
-				}
-				wrote <- err
-			}()
+			wrote := sendAndClose(client, up)
 			// The server reads late, and up to the client's half-close
 			// before it answers: the relay must pass the FIN on while
 			// its other direction is still open.
@@ -86,14 +79,7 @@ func TestRelayBytesAndHalfClose(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, bytes.Equal(got, up), "client to server: %d bytes arrived of %d", len(got), len(up))
 			require.NoError(t, <-wrote)
-			answered := make(chan error, 1)
-			go func() {
-				_, err := server.Write(down)
-				if err == nil {
-					err = server.CloseWrite()
-				}
-				answered <- err
-			}()
+			answered := sendAndClose(server, down)
 			time.Sleep(100 * time.Millisecond)
 			got, err = io.ReadAll(client)
 			require.NoError(t, err)
@@ -104,6 +90,20 @@ func TestRelayBytesAndHalfClose(t *testing.T) {
 			server.Close()
 		})
 	}
+}
+
+// sendAndClose writes b to c and then half-closes it, in a goroutine
+// whose outcome the returned channel carries.
+func sendAndClose(c *net.TCPConn, b []byte) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Write(b)
+		if err == nil {
+			err = c.CloseWrite()
+		}
+		done <- err
+	}()
+	return done
 }
 
 // TestRelayReset: a reset on one side ends the relay with an error, and
