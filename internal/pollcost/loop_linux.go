@@ -56,18 +56,28 @@ func loop(a, b *net.TCPConn) error {
 		}
 		return ev
 	}
+	// A descriptor that waits for nothing leaves the set: epoll reports
+	// hang-ups and errors whatever it was asked, and level-triggered, a
+	// socket that was reset after its source ended would be reported
+	// again at every wait.
 	armed := map[int]uint32{}
 	rearm := func(fd int) error {
 		ev := interest(fd)
 		old, in := armed[fd]
-		if in && ev == old {
+		if in && ev == old || !in && ev == 0 {
 			return nil
 		}
 		op := unix.EPOLL_CTL_MOD
-		if !in {
+		switch {
+		case ev == 0:
+			op = unix.EPOLL_CTL_DEL
+			delete(armed, fd)
+		case !in:
 			op = unix.EPOLL_CTL_ADD
+			armed[fd] = ev
+		default:
+			armed[fd] = ev
 		}
-		armed[fd] = ev
 		e := unix.EpollEvent{Events: ev, Fd: int32(fd)}
 		return os.NewSyscallError("epoll_ctl", unix.EpollCtl(ep, op, fd, &e))
 	}
