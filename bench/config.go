@@ -102,6 +102,14 @@ type Config struct {
 	// AFPacket and Tun tune the device endpoints; nil means defaults.
 	AFPacket *afpacket.Options
 	Tun      *tun.Options
+	// NoOffload runs a device link without offloads at both ends:
+	// ustack's endpoint without the virtio-net header (afpacket and tun
+	// NoOffload), and the kernel's veth ends (kveth's two, veth's kernel
+	// end) without segmentation, receive coalescing, scatter-gather and
+	// transmit checksumming, so that the kernel too sends and receives
+	// packets of at most the MTU. kveth is then the kernel's own rate
+	// without offloads, the baseline for ustack's.
+	NoOffload bool
 	// TCP tunes the TCP of the ustack hosts the bench builds (mem, veth,
 	// tun; wg's hosts are wgnet's own); nil means stack.DefaultTCPOptions.
 	// DelayedACK -1 there gives gVisor's stock ACKs, for comparison.
@@ -214,6 +222,7 @@ type Plan struct {
 	Impair       link.Impairments
 	AFPacket     *afpacket.Options
 	Tun          *tun.Options
+	NoOffload    bool
 	TCP          *stack.TCPOptions
 }
 
@@ -248,7 +257,7 @@ func (p Plan) Cells() []Config {
 					for _, n := range p.Senders {
 						for _, cm := range caches {
 							cells = append(cells, Config{Test: t, Link: l, Qdisc: q, BusyPoll: bp, Cache: cm, Senders: n, Size: p.Size, Duration: p.Duration,
-								Mem: p.Mem, QdiscOptions: p.QdiscOptions, Reverse: p.Reverse, MTU: p.MTU, Impair: p.Impair, AFPacket: p.AFPacket, Tun: p.Tun, TCP: p.TCP})
+								Mem: p.Mem, QdiscOptions: p.QdiscOptions, Reverse: p.Reverse, MTU: p.MTU, Impair: p.Impair, AFPacket: p.AFPacket, Tun: p.Tun, NoOffload: p.NoOffload, TCP: p.TCP})
 						}
 					}
 				}

@@ -145,6 +145,14 @@ func deviceTopology(c Config) (*topology, error) {
 		if err := b.AddAddr("kv1", kvethB); err != nil {
 			return nil, err
 		}
+		if c.NoOffload {
+			if err := k.SetOffloads("kv0", false); err != nil {
+				return nil, err
+			}
+			if err := b.SetOffloads("kv1", false); err != nil {
+				return nil, err
+			}
+		}
 		t.client, t.server, t.serverAddr = kernelHost{k}, kernelHost{b}, kvethB.Addr()
 		if c.Reverse {
 			t.client, t.server, t.serverAddr = kernelHost{b}, kernelHost{k}, kvethA.Addr()
@@ -173,10 +181,16 @@ func deviceTopology(c Config) (*topology, error) {
 		if err := k.AddAddr(kernelIf, kernelAddr); err != nil {
 			return nil, err
 		}
+		if c.NoOffload {
+			if err := k.SetOffloads(kernelIf, false); err != nil {
+				return nil, err
+			}
+		}
 		var ao afpacket.Options
 		if c.AFPacket != nil {
 			ao = *c.AFPacket
 		}
+		ao.NoOffload = ao.NoOffload || c.NoOffload
 		ao.NoCache = noCache(c.Cache, ao.NoCache)
 		err = u.Do(func() (err error) {
 			ep, err = linkspec.Open(linkspec.Spec{Kind: linkspec.AFPacket, Name: "uv0"}, &linkspec.Options{AFPacket: &ao, Impair: c.Impair})
@@ -192,6 +206,7 @@ func deviceTopology(c Config) (*topology, error) {
 			opts = *c.Tun
 		}
 		opts.Addrs = []netip.Prefix{kernelAddr}
+		opts.NoOffload = opts.NoOffload || c.NoOffload
 		opts.NoCache = noCache(c.Cache, opts.NoCache)
 		if opts.MTU == 0 {
 			opts.MTU = uint32(c.mtu())

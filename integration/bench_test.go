@@ -68,3 +68,50 @@ func TestBenchDeviceLinks(t *testing.T) {
 		})
 	}
 }
+
+// TestBenchNoOffload runs `ustack bench -offload=false` on the device
+// links both ways and checks that no end offloads: every row's payload
+// per client-to-server packet fits one MTU-sized segment, the kernel's
+// (kveth, and veth's kernel end when it sends) as ustack's, where with
+// offloads the kernel's veth sends TCP super-packets of tens of
+// kilobytes. Never a speed.
+func TestBenchNoOffload(t *testing.T) {
+	requireNamespaces(t)
+	needPrivilege(t, tunPrivilege, tunProbe())
+	bin := buildUstack(t)
+	const mtu = 1500
+	plan := bench.Plan{Tests: []string{"tcp_stream"}, Links: []string{"kveth", "veth", "tun"}, Qdiscs: []string{sched.FIFO}, Senders: []int{1}, MTU: mtu, NoOffload: true}
+	for _, reverse := range []bool{false, true} {
+		name := "forward"
+		if reverse {
+			name = "reverse"
+		}
+		t.Run(name, func(t *testing.T) {
+			plan := plan
+			plan.Reverse = reverse
+			cells := plan.Cells()
+			args := []string{"bench", "-json", "-link", "kveth,veth,tun", "-test", "tcp_stream", "-qdisc", sched.FIFO,
+				"-senders", "1", "-duration", "200ms", "-count", "1", "-mtu", strconv.Itoa(mtu), "-offload=false"}
+			if reverse {
+				args = append(args, "-reverse")
+			}
+			var stdout, stderr bytes.Buffer
+			cmd := exec.Command(bin, args...)
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			require.NoError(t, cmd.Run(), "ustack %s: %s", strings.Join(args, " "), stderr.String())
+			var doc struct {
+				Results []bench.Result `json:"results"`
+			}
+			require.NoError(t, json.Unmarshal(stdout.Bytes(), &doc), "ustack bench -json: %s", stdout.String())
+			require.Len(t, doc.Results, len(cells))
+			for i, r := range doc.Results {
+				t.Run(r.Link, func(t *testing.T) {
+					require.NoError(t, r.Check(cells[i]))
+					require.Positive(t, r.SentPPS, "packets counted")
+					perPacket := r.Gbps * 1e9 / 8 / r.SentPPS
+					require.LessOrEqual(t, perPacket, float64(mtu-40), "payload bytes per client-to-server packet: a super-packet left an end")
+				})
+			}
+		})
+	}
+}

@@ -24,8 +24,8 @@ add quickstart no 'go run ./cmd/ustack bench'
 add qdisc no "go test -run '^\$' -bench WritePacket -benchtime 2s ./sched"
 add devices yes "go run ./cmd/ustack bench -link kveth,veth,tun -test tcp_stream,tcp_rr -senders 1 -qdisc none -count 3
 go run ./cmd/ustack bench -link kveth,veth,tun -test tcp_stream,tcp_rr -senders 1 -qdisc none -count 3 -reverse
-go run ./cmd/ustack bench -link veth,tun -test tcp_stream -senders 1 -qdisc none -count 3 -offload=false
-go run ./cmd/ustack bench -link veth,tun -test tcp_stream -senders 1 -qdisc none -count 3 -offload=false -reverse
+go run ./cmd/ustack bench -link kveth,veth,tun -test tcp_stream -senders 1 -qdisc none,fifo -count 3 -offload=false
+go run ./cmd/ustack bench -link kveth,veth,tun -test tcp_stream -senders 1 -qdisc none,fifo -count 3 -offload=false -reverse
 go run ./cmd/ustack bench -link veth -test udp_stream -senders 64 -count 3"
 add sandbox yes "scripts/peers.sh
 scripts/tun-rr.sh"

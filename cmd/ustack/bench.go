@@ -50,7 +50,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		mtu      = fs.Int("mtu", mem.DefaultMTU, fmt.Sprintf("link MTU (%d to %d; wg, wg-netstack: of the wire under the tunnel, whose TUNs get 80 less)", tun.MinMTU, tun.MaxMTU))
 		reverse  = fs.Bool("reverse", false, "veth, tun, kveth: the Linux stack is the client (ustack receives the stream, answers requests)")
 		delACK   = fs.Bool("delayed-ack", true, "ustack hosts hold a request/response flow's pure ACK for its answer to carry (stack.TCPOptions.DelayedACK); false sends every ACK at once, as gVisor does")
-		offload  = fs.Bool("offload", true, "veth, tun: virtio-net header offloads (checksum, GSO) between ustack and the kernel")
+		offload  = fs.Bool("offload", true, "veth, tun, kveth: offloads (checksum, segmentation, coalescing); false takes ustack's virtio-net header away and turns the kernel's veth ends' offloads off, so that kveth is the kernel without them")
 		txBatch  = fs.Int("tx-batch", 0, "veth: packets per sendmmsg (1: one syscall per packet; 0: the default batch)")
 		queues   = fs.Int("queues", 1, "veth, tun: device queues (PACKET_FANOUT sockets, TUN queues)")
 		gso      = fs.Bool("mem-gso", false, "mem link: carry TCP super-segments whole (TSO/GRO)")
@@ -153,8 +153,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			tcp.DelayedACK = -1
 			p.TCP = &tcp
 		}
-		p.AFPacket = &afpacket.Options{NoOffload: !*offload, TXBatch: *txBatch, Queues: *queues}
-		p.Tun = &tun.Options{NoOffload: !*offload, Queues: *queues}
+		p.AFPacket = &afpacket.Options{TXBatch: *txBatch, Queues: *queues}
+		p.Tun = &tun.Options{Queues: *queues}
+		p.NoOffload = !*offload
 		if slices.Contains(p.Links, "mem") {
 			if err := mo.Validate(); err != nil {
 				return p, usageError{err}

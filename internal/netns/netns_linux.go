@@ -231,6 +231,15 @@ func (ns *NS) SetMTU(ifname string, mtu int) error {
 	return ns.Do(func() error { return setMTU(ifname, mtu) })
 }
 
+// SetOffloads switches an interface's offloads in ns: segmentation (TSO,
+// GSO), receive coalescing (GRO), scatter-gather and transmit
+// checksumming, as `ethtool -K` does. With them off the kernel sends and
+// receives packets of at most the MTU, each with its checksum computed:
+// the kernel's own cost without offloads, to compare a stack against.
+func (ns *NS) SetOffloads(ifname string, on bool) error {
+	return ns.Do(func() error { return setOffloads(ifname, on) })
+}
+
 // DeleteLink deletes an interface in ns (a veth pair goes whole).
 func (ns *NS) DeleteLink(ifname string) error {
 	return ns.Do(func() error {

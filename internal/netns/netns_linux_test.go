@@ -80,3 +80,39 @@ func TestNoPrivilege(t *testing.T) {
 		require.Equal(t, tc.want, NoPrivilege(tc.err), "%v", tc.err)
 	}
 }
+
+// TestSetOffloads: off turns every offload SetOffloads names off, as the
+// kernel reads them back, and on turns them on again; a missing
+// interface is an error that names it.
+func TestSetOffloads(t *testing.T) {
+	if err := Probe(); err != nil {
+		if NoPrivilege(err) {
+			testenv.Skip(t, "needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to build network namespaces: %v", err)
+		}
+		t.Fatalf("network namespaces: %v: the environment is broken (a missing privilege would skip)", err)
+	}
+	a, err := New("ustack-test-a")
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := New("ustack-test-b")
+	require.NoError(t, err)
+	defer b.Close()
+	require.NoError(t, Veth(a, "va", b, "vb", 1500))
+	read := func(ns *NS, ifname string) (got map[string]bool) {
+		require.NoError(t, ns.Do(func() (err error) {
+			got, err = offloads(ifname)
+			return err
+		}))
+		require.Len(t, got, len(offloadCommands))
+		return got
+	}
+	for _, on := range []bool{false, true, false} {
+		require.NoError(t, a.SetOffloads("va", on))
+		for name, v := range read(a, "va") {
+			require.Equal(t, on, v, "va %s after SetOffloads(%v)", name, on)
+		}
+	}
+	require.True(t, read(b, "vb")["tcp-segmentation-offload"], "the peer's offloads are its own")
+	err = a.SetOffloads("nosuch0", false)
+	require.ErrorContains(t, err, "link nosuch0")
+}
