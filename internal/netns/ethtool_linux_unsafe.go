@@ -17,8 +17,9 @@ type ethtoolValue struct {
 }
 
 // ethtoolIfreq is struct ifreq with its union as ifr_data, the pointer
-// SIOCETHTOOL reads its command from; the padding makes it the kernel's
-// 40 bytes (x/sys's Ifreq cannot hold a pointer).
+// SIOCETHTOOL reads its command from; the padding makes it at least the
+// kernel's size (40 bytes on 64-bit machines, where the union is 24).
+// x/sys's Ifreq cannot hold a pointer.
 type ethtoolIfreq struct {
 	name [unix.IFNAMSIZ]byte
 	data unsafe.Pointer
