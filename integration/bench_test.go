@@ -47,22 +47,15 @@ func TestBenchDeviceLinks(t *testing.T) {
 			if reverse {
 				args = append(args, "-reverse")
 			}
-			var stdout, stderr bytes.Buffer
-			cmd := exec.Command(bin, args...)
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			require.NoError(t, cmd.Run(), "ustack %s: %s", strings.Join(args, " "), stderr.String())
-			var doc struct {
-				Results []bench.Result `json:"results"`
-			}
-			require.NoError(t, json.Unmarshal(stdout.Bytes(), &doc), "ustack bench -json: %s", stdout.String())
+			results := runBenchJSON(t, bin, args)
 
 			var got []string
-			for _, r := range doc.Results {
+			for _, r := range results {
 				got = append(got, r.Link+"/"+r.Test+"/"+r.Qdisc)
 			}
 			require.Equal(t, want, got, "one row per link and test, in the bench's order")
 
-			for i, r := range doc.Results {
+			for i, r := range results {
 				t.Run(r.Link+"/"+r.Test, func(t *testing.T) { require.NoError(t, r.Check(cells[i])) })
 			}
 		})
@@ -95,16 +88,9 @@ func TestBenchNoOffload(t *testing.T) {
 			if reverse {
 				args = append(args, "-reverse")
 			}
-			var stdout, stderr bytes.Buffer
-			cmd := exec.Command(bin, args...)
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			require.NoError(t, cmd.Run(), "ustack %s: %s", strings.Join(args, " "), stderr.String())
-			var doc struct {
-				Results []bench.Result `json:"results"`
-			}
-			require.NoError(t, json.Unmarshal(stdout.Bytes(), &doc), "ustack bench -json: %s", stdout.String())
-			require.Len(t, doc.Results, len(cells))
-			for i, r := range doc.Results {
+			results := runBenchJSON(t, bin, args)
+			require.Len(t, results, len(cells))
+			for i, r := range results {
 				t.Run(r.Link, func(t *testing.T) {
 					require.NoError(t, r.Check(cells[i]))
 					require.Positive(t, r.SentPPS, "packets counted")
@@ -114,4 +100,19 @@ func TestBenchNoOffload(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runBenchJSON runs the ustack binary bin with args, which ask for
+// `bench -json`, and returns its rows.
+func runBenchJSON(t *testing.T, bin string, args []string) []bench.Result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "ustack %s: %s", strings.Join(args, " "), stderr.String())
+	var doc struct {
+		Results []bench.Result `json:"results"`
+	}
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &doc), "ustack bench -json: %s", stdout.String())
+	return doc.Results
 }

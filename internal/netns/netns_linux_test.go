@@ -17,7 +17,10 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func TestVethBetweenNamespaces(t *testing.T) {
+// twoNamespaces returns two fresh namespaces, closed when t ends, or
+// skips t without the privilege to make them.
+func twoNamespaces(t *testing.T) (a, b *NS) {
+	t.Helper()
 	if err := Probe(); err != nil {
 		if NoPrivilege(err) {
 			testenv.Skip(t, "needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to build network namespaces: %v", err)
@@ -26,10 +29,15 @@ func TestVethBetweenNamespaces(t *testing.T) {
 	}
 	a, err := New("ustack-test-a")
 	require.NoError(t, err)
-	defer a.Close()
-	b, err := New("ustack-test-b")
+	t.Cleanup(func() { a.Close() })
+	b, err = New("ustack-test-b")
 	require.NoError(t, err)
-	defer b.Close()
+	t.Cleanup(func() { b.Close() })
+	return a, b
+}
+
+func TestVethBetweenNamespaces(t *testing.T) {
+	a, b := twoNamespaces(t)
 	require.NoError(t, Veth(a, "va", b, "vb", 9000))
 	require.NoError(t, a.AddAddr("va", netip.MustParsePrefix("198.18.1.1/24"), netip.MustParsePrefix("fd00:1::1/64")))
 	require.NoError(t, b.AddAddr("vb", netip.MustParsePrefix("198.18.1.2/24"), netip.MustParsePrefix("fd00:1::2/64")))
@@ -54,7 +62,7 @@ func TestVethBetweenNamespaces(t *testing.T) {
 	}))
 	defer c.Close()
 	buf := make([]byte, 2)
-	_, err = c.Read(buf)
+	_, err := c.Read(buf)
 	require.NoError(t, err)
 	require.Equal(t, "hi", string(buf))
 	require.NoError(t, a.Close())
@@ -85,18 +93,7 @@ func TestNoPrivilege(t *testing.T) {
 // kernel reads them back, and on turns them on again; a missing
 // interface is an error that names it.
 func TestSetOffloads(t *testing.T) {
-	if err := Probe(); err != nil {
-		if NoPrivilege(err) {
-			testenv.Skip(t, "needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to build network namespaces: %v", err)
-		}
-		t.Fatalf("network namespaces: %v: the environment is broken (a missing privilege would skip)", err)
-	}
-	a, err := New("ustack-test-a")
-	require.NoError(t, err)
-	defer a.Close()
-	b, err := New("ustack-test-b")
-	require.NoError(t, err)
-	defer b.Close()
+	a, b := twoNamespaces(t)
 	require.NoError(t, Veth(a, "va", b, "vb", 1500))
 	read := func(ns *NS, ifname string) (got map[string]bool) {
 		require.NoError(t, ns.Do(func() (err error) {
@@ -113,6 +110,6 @@ func TestSetOffloads(t *testing.T) {
 		}
 	}
 	require.True(t, read(b, "vb")["tcp-segmentation-offload"], "the peer's offloads are its own")
-	err = a.SetOffloads("nosuch0", false)
+	err := a.SetOffloads("nosuch0", false)
 	require.ErrorContains(t, err, "link nosuch0")
 }
