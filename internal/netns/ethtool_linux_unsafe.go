@@ -71,14 +71,16 @@ func withEthtool(ifname string, f func(fd int) error) error {
 // setOffloads switches the named interface's segmentation, receive
 // coalescing, scatter-gather and transmit checksum offloads, as `ethtool
 // -K IFACE gro off gso off tso off sg off tx off` does, in the calling
-// thread's namespace.
+// thread's namespace, and reads them back: the kernel refuses a command
+// only when the driver fixes all of its flags (TSO is four), and leaves
+// the fixed ones as they are otherwise.
 func setOffloads(ifname string, on bool) error {
 	var data uint32
 	state := "off"
 	if on {
 		data, state = 1, "on"
 	}
-	return withEthtool(ifname, func(fd int) error {
+	err := withEthtool(ifname, func(fd int) error {
 		for i := range offloadCommands {
 			c := offloadCommands[i]
 			if on {
@@ -90,6 +92,19 @@ func setOffloads(ifname string, on bool) error {
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	got, err := offloads(ifname)
+	if err != nil {
+		return err
+	}
+	for _, c := range offloadCommands {
+		if got[c.name] != on {
+			return fmt.Errorf("link %s: ethtool %s %s: the driver left it %s (a fixed flag)", ifname, c.name, state, map[bool]string{true: "on", false: "off"}[got[c.name]])
+		}
+	}
+	return nil
 }
 
 // offloads reports which of offloadCommands' offloads the named interface

@@ -91,7 +91,8 @@ func TestNoPrivilege(t *testing.T) {
 
 // TestSetOffloads: off turns every offload SetOffloads names off, as the
 // kernel reads them back, and on turns them on again; a missing
-// interface is an error that names it.
+// interface, or an offload the driver will not turn off, is an error that
+// names it.
 func TestSetOffloads(t *testing.T) {
 	a, b := twoNamespaces(t)
 	require.NoError(t, Veth(a, "va", b, "vb", 1500))
@@ -112,4 +113,7 @@ func TestSetOffloads(t *testing.T) {
 	require.True(t, read(b, "vb")["tcp-segmentation-offload"], "the peer's offloads are its own")
 	err := a.SetOffloads("nosuch0", false)
 	require.ErrorContains(t, err, "link nosuch0")
+	// The loopback device's driver fixes scatter-gather on.
+	err = a.SetOffloads("lo", false)
+	require.ErrorContains(t, err, "link lo: ethtool scatter-gather off")
 }
