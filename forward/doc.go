@@ -7,8 +7,8 @@
 // engine of transparent proxies, VPN endpoints and of package sandbox.
 //
 // A Forwarder turns on promiscuous and spoofing mode on the stack's NICs
-// and plugs gVisor's TCP forwarder and the stack's relay handlers in; the
-// stack must be built with stack.Options{Relay: true}. Limits (flows in
+// and plugs gVisor's TCP forwarder and the stack's transparent handlers in;
+// the stack must be built with stack.Options{Transparent: true}. Limits (flows in
 // total, per protocol, half-open with a per-destination share, and a
 // global buffer budget) refuse a flow rather than hang it, and every
 // refusal is counted by Reason (Stats). Flows lists what is open.

@@ -56,7 +56,7 @@ func Example_transparentProxy() {
 
 	// Hosts A and B over an in-memory link; A routes 203.0.113.0/24
 	// through B, which intercepts it.
-	p, err := stacktest.Build(&stacktest.Options{Stack: &stack.Options{Relay: true}})
+	p, err := stacktest.Build(&stacktest.Options{Stack: &stack.Options{Transparent: true}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func Example_hostRelay() {
 		fmt.Fprintf(c, "hello from the host")
 	}()
 
-	p, err := stacktest.Build(&stacktest.Options{Stack: &stack.Options{Relay: true}})
+	p, err := stacktest.Build(&stacktest.Options{Stack: &stack.Options{Transparent: true}})
 	if err != nil {
 		log.Fatal(err)
 	}

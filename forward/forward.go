@@ -77,15 +77,15 @@ const (
 )
 
 // New starts intercepting st's flows and hands them to h. st must be
-// built with stack.Options{Relay: true} and have its NICs; a nil o means
+// built with stack.Options{Transparent: true} and have its NICs; a nil o means
 // the defaults. One Forwarder per stack: a second replaces the first's
 // handlers.
 func New(st *stack.Stack, h Handler, o *Options) (*Forwarder, error) {
 	if h == nil {
 		return nil, errors.New("forward: nil Handler")
 	}
-	if !st.Relaying() {
-		return nil, fmt.Errorf("forward: %w", stack.ErrNotRelay)
+	if !st.Transparent() {
+		return nil, fmt.Errorf("forward: %w", stack.ErrNotTransparent)
 	}
 	var opts Options
 	if o != nil {
@@ -124,9 +124,9 @@ func New(st *stack.Stack, h Handler, o *Options) (*Forwarder, error) {
 	fwd := tcp.NewForwarder(f.gs, 0, maxHalf, f.handleTCP)
 	for _, p := range []struct {
 		num tcpip.TransportProtocolNumber
-		h   stack.RelayHandler
+		h   stack.TransparentHandler
 	}{{tcp.ProtocolNumber, fwd.HandlePacket}, {udp.ProtocolNumber, f.handleUDP}, {icmp.ProtocolNumber4, f.handleEcho}, {icmp.ProtocolNumber6, f.handleEcho}} {
-		if err := st.SetRelayHandler(p.num, p.h); err != nil {
+		if err := st.SetTransparentHandler(p.num, p.h); err != nil {
 			f.detach()
 			return nil, fmt.Errorf("forward: %w", err)
 		}
@@ -137,7 +137,7 @@ func New(st *stack.Stack, h Handler, o *Options) (*Forwarder, error) {
 // detach stops the stack handing us packets.
 func (f *Forwarder) detach() {
 	for _, p := range []tcpip.TransportProtocolNumber{tcp.ProtocolNumber, udp.ProtocolNumber, icmp.ProtocolNumber4, icmp.ProtocolNumber6} {
-		f.st.SetRelayHandler(p, nil)
+		f.st.SetTransparentHandler(p, nil)
 	}
 }
 

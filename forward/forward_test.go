@@ -73,7 +73,7 @@ func newEnv(t testing.TB, h Handler, o *Options) *env {
 	require.NoError(t, e.A.AddAddress(ida, netip.PrefixFrom(stacktest.A6, 64)))
 	require.NoError(t, e.A.AddRoute(far, stacktest.B4, ida))
 	require.NoError(t, e.A.AddRoute(far6, stacktest.B6, ida))
-	e.B, err = stack.New(&stack.Options{Relay: true})
+	e.B, err = stack.New(&stack.Options{Transparent: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.B.Close() })
 	idb, err := e.B.AddNIC(e.tap, nil)
@@ -109,7 +109,7 @@ func TestNewNeedsRelayStack(t *testing.T) {
 	require.NoError(t, err)
 	defer st.Close()
 	_, err = New(st, funcs{}, nil)
-	require.ErrorIs(t, err, stack.ErrNotRelay)
+	require.ErrorIs(t, err, stack.ErrNotTransparent)
 }
 
 func TestTCPRequestBeforeHandshake(t *testing.T) {
@@ -518,7 +518,7 @@ func TestPingHandler(t *testing.T) {
 	}
 	// Reply counts once its packet is handed to the link, which may be
 	// after A has it.
-	require.Eventually(t, func() bool { return e.fw.Stats().EchoDown == 2 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return e.fw.Stats().PingsDown == 2 }, 10*time.Second, time.Millisecond)
 	// B's own address is answered by gVisor, not the handler.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -84,16 +84,16 @@ type Stats struct {
 	TCPResets uint64
 	// Bytes and datagrams carried.
 	TCPBytesUp, TCPBytesDown   uint64
-	UDPPacketsUp, UDPPacketsDn uint64
+	UDPPacketsUp, UDPPacketsDown uint64
 	UDPBytesUp, UDPBytesDown   uint64
 	// UDPDropped counts datagrams lost: a flow's queue or a host socket's
 	// buffer was full, a reply did not fit the NIC's MTU, or a DNS query
 	// relayed over TCP (Policy.DNS) got no answer.
 	UDPDropped uint64
-	// EchoUp counts ICMP echo requests Relay sent on (another
-	// PingHandler's are not counted), EchoDown replies sent back
+	// PingsUp counts ICMP echo requests Relay sent on (another
+	// PingHandler's are not counted), PingsDown replies sent back
 	// (PingRequest.Reply).
-	EchoUp, EchoDown uint64
+	PingsUp, PingsDown uint64
 	// DNSQueries counts flows and datagrams Relay sent to a DNS upstream
 	// (Policy.DNS).
 	DNSQueries uint64
@@ -116,9 +116,9 @@ func (c *counters) snapshot() Stats {
 		TCPOpened: c.tcpOpened.Load(), UDPOpened: c.udpOpened.Load(),
 		ConnectFailed: c.connectFailed.Load(), TCPResets: c.tcpResets.Load(),
 		TCPBytesUp: c.tcpUp.Load(), TCPBytesDown: c.tcpDown.Load(),
-		UDPPacketsUp: c.udpPktUp.Load(), UDPPacketsDn: c.udpPktDn.Load(),
+		UDPPacketsUp: c.udpPktUp.Load(), UDPPacketsDown: c.udpPktDn.Load(),
 		UDPBytesUp: c.udpUp.Load(), UDPBytesDown: c.udpDn.Load(),
-		DNSQueries: c.dns.Load(), EchoUp: c.echoUp.Load(), EchoDown: c.echoDown.Load(), UDPDropped: c.udpDropped.Load(),
+		DNSQueries: c.dns.Load(), PingsUp: c.echoUp.Load(), PingsDown: c.echoDown.Load(), UDPDropped: c.udpDropped.Load(),
 	}
 	for i := range s.Refused {
 		s.Refused[i] = c.refused[i].Load()

@@ -365,7 +365,7 @@ func TestSandbox(t *testing.T) {
 		AllowHostLoopback: true,
 		ResolvConf:        true,
 		DNSUpstream:       hs.dns,
-		Forwards: []sandbox.Forward{
+		PortForwards: []sandbox.PortForward{
 			{Host: netip.MustParseAddrPort("127.0.0.1:0"), Port: 7000},
 			{Host: netip.MustParseAddrPort("127.0.0.1:0"), Port: 7000, UDP: true},
 		},
@@ -397,7 +397,7 @@ func TestSandbox(t *testing.T) {
 		out, err := inSandbox(t, sb, "udpecho", gw(hs.udp))
 		require.NoError(t, err)
 		require.Equal(t, "ok\n", out)
-		require.Eventually(t, func() bool { return sb.Stats().UDPPacketsDn >= 64 }, 10*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return sb.Stats().UDPPacketsDown >= 64 }, 10*time.Second, time.Millisecond)
 		require.Zero(t, sb.Stats().UDPDropped, "datagrams lost in the relay")
 	})
 	t.Run("dns", func(t *testing.T) {
@@ -495,12 +495,12 @@ func TestSandboxPolicy(t *testing.T) {
 		}
 		st, err := ping(t, sandbox.Config{}, extra.Addr().String())
 		require.NoError(t, err, "ping %v through the relay", extra.Addr())
-		require.Equal(t, uint64(1), st.EchoUp)
-		require.Equal(t, uint64(1), st.EchoDown)
+		require.Equal(t, uint64(1), st.PingsUp)
+		require.Equal(t, uint64(1), st.PingsDown)
 		st, err = ping(t, sandbox.Config{Deny: []netip.Prefix{extra}}, extra.Addr().String())
 		require.Error(t, err, "a denied ping gets no answer")
 		require.Equal(t, uint64(1), st.Refused[sandbox.Denied])
-		require.Zero(t, st.EchoUp)
+		require.Zero(t, st.PingsUp)
 	})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -772,7 +772,7 @@ func TestSandboxIPv6(t *testing.T) {
 	hs := startHostServices(t, netip.MustParseAddr("::1"))
 	sb, err := sandbox.New(&sandbox.Config{
 		AllowHostLoopback: true,
-		Forwards:          []sandbox.Forward{{Host: netip.MustParseAddrPort("[::1]:0"), Port: 7000}, {Host: netip.MustParseAddrPort("[::1]:0"), Port: 7000, UDP: true}},
+		PortForwards:          []sandbox.PortForward{{Host: netip.MustParseAddrPort("[::1]:0"), Port: 7000}, {Host: netip.MustParseAddrPort("[::1]:0"), Port: 7000, UDP: true}},
 	})
 	require.NoError(t, err)
 	defer sb.Close()
@@ -792,7 +792,7 @@ func TestSandboxIPv6(t *testing.T) {
 }
 
 // checkForwards runs an echo server on port 7000 in sb and checks that
-// sb's first two forwards, TCP then UDP as ForwardAddrs lists them,
+// sb's first two forwards, TCP then UDP as PortForwardAddrs lists them,
 // carry 1 MiB there and back and a datagram there and back. what names
 // the forwards in failures.
 func checkForwards(t *testing.T, sb *sandbox.Sandbox, what string) {
@@ -808,7 +808,7 @@ func checkForwards(t *testing.T, sb *sandbox.Sandbox, what string) {
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	require.NoError(t, err)
 	require.Equal(t, "ready\n", line)
-	addrs := sb.ForwardAddrs()
+	addrs := sb.PortForwardAddrs()
 	// TCP: 1 MiB there and back through the forward.
 	c, err := net.Dial("tcp", addrs[0].String())
 	require.NoError(t, err)
@@ -837,7 +837,7 @@ func checkForwards(t *testing.T, sb *sandbox.Sandbox, what string) {
 	require.Equal(t, ping, string(buf[:n]))
 	stdin.Close()
 	require.NoError(t, <-done)
-	require.GreaterOrEqual(t, sb.Stats().ForwardConns, uint64(2))
+	require.GreaterOrEqual(t, sb.Stats().PortForwardConns, uint64(2))
 }
 
 // TestSandboxCloseActive closes a sandbox while relays carry open

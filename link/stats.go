@@ -80,7 +80,7 @@ type Reporter interface {
 // thinned ACK stream is not the one the peer sent: fit for a stack that
 // ends the flow, not for one that routes it. Package stack calls
 // SetCoalescing(false) on every NIC of a stack that forwards
-// (stack.Options.Forwarding), before it attaches the endpoint.
+// (stack.Options.Routing), before it attaches the endpoint.
 type Coalescer interface {
 	// SetCoalescing turns the merging off (on false), so that every
 	// packet climbs the stack as it came, or back to the endpoint's

@@ -110,14 +110,14 @@ func (s *Sandbox) apiAnswer(r io.Reader) any {
 		if err != nil {
 			return apiError("add_hostfwd: %v", err)
 		}
-		info, err := s.AddForward(f)
+		info, err := s.AddPortForward(f)
 		if err != nil {
 			return apiError("add_hostfwd: %v", err)
 		}
 		return map[string]any{"return": map[string]int{"id": info.ID}}
 	case "list_hostfwd":
 		entries := []apiEntry{}
-		for _, info := range s.Forwards() {
+		for _, info := range s.PortForwards() {
 			entries = append(entries, s.apiEntry(info))
 		}
 		// slirp4netns's manual (and the test of its API) answer
@@ -132,7 +132,7 @@ func (s *Sandbox) apiAnswer(r io.Reader) any {
 		if err := json.Unmarshal(req.Arguments, &a); err != nil || a.ID == nil {
 			return apiError("remove_hostfwd: bad arguments.id: want {\"id\": N}")
 		}
-		if err := s.RemoveForward(*a.ID); err != nil {
+		if err := s.RemovePortForward(*a.ID); err != nil {
 			return apiError("remove_hostfwd: bad arguments.id: %v", err)
 		}
 		return map[string]any{"return": map[string]any{}}
@@ -141,8 +141,8 @@ func (s *Sandbox) apiAnswer(r io.Reader) any {
 }
 
 // apiEntry is info as list_hostfwd lists it.
-func (s *Sandbox) apiEntry(info ForwardInfo) apiEntry {
-	f := info.Forward
+func (s *Sandbox) apiEntry(info PortForwardInfo) apiEntry {
+	f := info.PortForward
 	e := apiEntry{ID: info.ID, Proto: f.proto(), HostPort: int(info.Addr.Port()), GuestPort: int(f.Port)}
 	host := f.Host.Addr()
 	if host.Is4() || host.IsUnspecified() {
@@ -164,8 +164,8 @@ func (s *Sandbox) apiEntry(info ForwardInfo) apiEntry {
 
 // apiForward turns add_hostfwd's arguments into a Forward. Errors name
 // the argument as slirp4netns's do ("bad arguments.proto").
-func (s *Sandbox) apiForward(a apiAddArgs) (Forward, error) {
-	var f Forward
+func (s *Sandbox) apiForward(a apiAddArgs) (PortForward, error) {
+	var f PortForward
 	proto, family := a.Proto, ""
 	if n := len(proto); n == 4 && (proto[3] == '4' || proto[3] == '6') {
 		proto, family = proto[:3], proto[3:]

@@ -100,8 +100,8 @@ func TestAPIEntry(t *testing.T) {
 				tc.want.HostAddr6, tc.want.GuestAddr6 = "", ""
 			}
 			tc.want.ID, tc.want.Proto, tc.want.HostPort, tc.want.GuestPort = 3, "udp", 4000, 53
-			f := Forward{UDP: true, Host: netip.AddrPortFrom(netip.MustParseAddr(tc.host), 0), Port: 53}
-			got := s.apiEntry(ForwardInfo{ID: 3, Forward: f, Addr: netip.AddrPortFrom(f.Host.Addr(), 4000)})
+			f := PortForward{UDP: true, Host: netip.AddrPortFrom(netip.MustParseAddr(tc.host), 0), Port: 53}
+			got := s.apiEntry(PortForwardInfo{ID: 3, PortForward: f, Addr: netip.AddrPortFrom(f.Host.Addr(), 4000)})
 			if got != tc.want {
 				t.Errorf("IPv6 off %v, host %s: got %+v, want %+v", noIPv6, tc.host, got, tc.want)
 			}

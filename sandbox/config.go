@@ -131,8 +131,8 @@ type Config struct {
 	// host-side TCP connect.
 	UDPIdleTimeout, ConnectTimeout time.Duration
 
-	// Forwards carry host connections into the sandbox.
-	Forwards []Forward
+	// PortForwards carry host connections into the sandbox.
+	PortForwards []PortForward
 
 	// Proxy, if not empty, is the URL of a proxy that every TCP flow of
 	// the sandbox goes through instead of a host socket (package
@@ -151,20 +151,20 @@ type Config struct {
 	ProxyUDPDirect bool
 }
 
-// Forward is a port forward from the host into the sandbox, like
+// PortForward is a port forward from the host into the sandbox, like
 // slirp4netns's hostfwd and pasta's -t/-u.
-type Forward struct {
+type PortForward struct {
 	// UDP forwards datagrams; otherwise TCP connections.
 	UDP bool
-	// Host is where the host listens; port 0 picks one (ForwardAddrs).
+	// Host is where the host listens; port 0 picks one (PortForwardAddrs).
 	Host netip.AddrPort
 	// Port is the sandbox port the flows go to, at Addr4 (or Addr6 when
 	// Host is an IPv6 address).
 	Port uint16
 }
 
-// String formats f as ParseForward reads it.
-func (f Forward) String() string {
+// String formats f as ParsePortForward reads it.
+func (f PortForward) String() string {
 	s := fmt.Sprintf("%s:%d", f.Host, f.Port)
 	if f.UDP {
 		s += "/udp"
@@ -172,11 +172,11 @@ func (f Forward) String() string {
 	return s
 }
 
-// ParseForward reads a port forward: [HOSTIP:]HOSTPORT:PORT[/tcp|/udp].
+// ParsePortForward reads a port forward: [HOSTIP:]HOSTPORT:PORT[/tcp|/udp].
 // Without HOSTIP the host listens on 127.0.0.1 only: exposing a sandbox
 // port to the network takes an explicit 0.0.0.0 or [::].
-func ParseForward(s string) (Forward, error) {
-	var f Forward
+func ParsePortForward(s string) (PortForward, error) {
+	var f PortForward
 	spec := s
 	if i := strings.LastIndexByte(spec, '/'); i >= 0 {
 		switch strings.ToLower(spec[i+1:]) {
@@ -337,15 +337,15 @@ func (c Config) normalize() (Config, error) {
 			errs = append(errs, err)
 		}
 	}
-	seen := map[Forward]bool{}
-	for _, f := range c.Forwards {
+	seen := map[PortForward]bool{}
+	for _, f := range c.PortForwards {
 		if f.Host.Addr().Is6() && c.NoIPv6 {
 			errs = append(errs, fmt.Errorf("sandbox: port forward %v: IPv6 is off in the sandbox", f))
 		}
 		if f.Port == 0 || !f.Host.Addr().IsValid() {
 			errs = append(errs, fmt.Errorf("sandbox: port forward %v: needs a host address and a sandbox port", f))
 		}
-		key := Forward{UDP: f.UDP, Host: f.Host}
+		key := PortForward{UDP: f.UDP, Host: f.Host}
 		if f.Host.Port() != 0 && seen[key] {
 			errs = append(errs, fmt.Errorf("sandbox: port forward %v: host address %v/%s is forwarded twice", f, f.Host, f.proto()))
 		}
@@ -361,7 +361,7 @@ func (c Config) Check() error {
 }
 
 // proto names the forward's protocol.
-func (f Forward) proto() string {
+func (f PortForward) proto() string {
 	if f.UDP {
 		return "udp"
 	}

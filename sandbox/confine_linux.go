@@ -116,7 +116,7 @@ func confinePolicy() (seccomp.Policy, error) {
 // so the process can no longer execute a program, fork, or open a raw or
 // packet socket. It cannot be undone.
 func (s *Sandbox) Confine() error {
-	s.fw.OpenEcho()
+	s.fw.OpenPing()
 	if err := dropCapabilities(); err != nil {
 		return err
 	}

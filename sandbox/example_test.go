@@ -23,14 +23,14 @@ func Example() {
 	// returns; otherwise it returns at once.
 	sandbox.Init()
 
-	fwd, err := sandbox.ParseForward("8080:80") // host 127.0.0.1:8080 -> sandbox port 80
+	fwd, err := sandbox.ParsePortForward("8080:80") // host 127.0.0.1:8080 -> sandbox port 80
 	if err != nil {
 		log.Fatal(err)
 	}
 	cfg := sandbox.Config{
 		AllowHostLoopback: true, // off by default: the host's loopback is unreachable
 		ResolvConf:        true, // the command's /etc/resolv.conf names ustack's DNS relay
-		Forwards:          []sandbox.Forward{fwd},
+		PortForwards:      []sandbox.PortForward{fwd},
 	}
 	// Check refuses a bad configuration before anything is created.
 	if err := cfg.Check(); err != nil {
@@ -46,7 +46,7 @@ func Example() {
 	cmd := exec.Command("curl", "-s", "http://198.18.0.1:8000/")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	err = sb.Run(cmd, func(p *os.Process) {
-		log.Printf("sandboxed pid %d; host forwards at %v", p.Pid, sb.ForwardAddrs())
+		log.Printf("sandboxed pid %d; host forwards at %v", p.Pid, sb.PortForwardAddrs())
 	})
 	st := sb.Stats()
 	fmt.Printf("%d TCP flows relayed, %d bytes up, %d down\n", st.TCPOpened, st.TCPBytesUp, st.TCPBytesDown)

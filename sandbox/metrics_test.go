@@ -23,12 +23,12 @@ func TestCollector(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, problems)
 	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(`
-# HELP ustack_tun_events_total Other relay events: connect_failed, tcp_resets, udp_dropped, dns_queries, forward_conns, forward_failed.
+# HELP ustack_tun_events_total Other relay events: connect_failed, tcp_resets, udp_dropped, dns_queries, port_forward_conns, port_forward_failed.
 # TYPE ustack_tun_events_total counter
 ustack_tun_events_total{event="connect_failed"} 0
 ustack_tun_events_total{event="dns_queries"} 0
-ustack_tun_events_total{event="forward_conns"} 2
-ustack_tun_events_total{event="forward_failed"} 1
+ustack_tun_events_total{event="port_forward_conns"} 2
+ustack_tun_events_total{event="port_forward_failed"} 1
 ustack_tun_events_total{event="tcp_resets"} 0
 ustack_tun_events_total{event="udp_dropped"} 0
 `), "ustack_tun_events_total"))

@@ -46,7 +46,7 @@ type Sandbox struct {
 	closers  []io.Closer      // port-forward listeners
 	fwdAddrs []netip.AddrPort // where they listen
 	runtime  map[int]*runtimeForward
-	nextFwd  int            // the last ID AddForward gave
+	nextFwd  int            // the last ID AddPortForward gave
 	wg       sync.WaitGroup // the port forwards' goroutines
 	closeErr error
 	once     sync.Once
@@ -66,11 +66,11 @@ func New(c *Config) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkForwardPrivilege(cfg.Forwards); err != nil {
+	if err := checkForwardPrivilege(cfg.PortForwards); err != nil {
 		return nil, err
 	}
 	s := &Sandbox{cfg: cfg}
-	if c, _, err := forward.ListenEcho(false); err != nil {
+	if c, _, err := forward.ListenPing(false); err != nil {
 		s.warnings = append(s.warnings, fmt.Sprintf("sandbox: pings to relayed destinations are refused (counted as host errors): %v", err))
 	} else {
 		c.Close()
@@ -100,7 +100,7 @@ func New(c *Config) (*Sandbox, error) {
 	if err := s.buildStack(); err != nil {
 		return nil, err
 	}
-	for _, f := range cfg.Forwards {
+	for _, f := range cfg.PortForwards {
 		if err := s.startForward(f); err != nil {
 			return nil, err
 		}
@@ -121,7 +121,7 @@ func (s *Sandbox) buildStack() error {
 	tcpOpts.ReceiveBuffer.Max = c.TCPBuffer
 	tcpOpts.SendBuffer.Default = min(tcpOpts.SendBuffer.Default, c.TCPBuffer)
 	tcpOpts.ReceiveBuffer.Default = min(tcpOpts.ReceiveBuffer.Default, c.TCPBuffer)
-	st, err := stack.New(&stack.Options{TCP: &tcpOpts, BusyPoll: c.BusyPoll, Relay: true})
+	st, err := stack.New(&stack.Options{TCP: &tcpOpts, BusyPoll: c.BusyPoll, Transparent: true})
 	if err != nil {
 		return fmt.Errorf("sandbox: %w", err)
 	}

@@ -13,26 +13,26 @@ import (
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }
 
-func TestParseForward(t *testing.T) {
+func TestParsePortForward(t *testing.T) {
 	ok := []struct {
 		in   string
-		want Forward
+		want PortForward
 	}{
-		{"8080:80", Forward{Host: netip.MustParseAddrPort("127.0.0.1:8080"), Port: 80}},
-		{"0.0.0.0:5353:53/udp", Forward{UDP: true, Host: netip.MustParseAddrPort("0.0.0.0:5353"), Port: 53}},
-		{"[::1]:2222:22/tcp", Forward{Host: netip.MustParseAddrPort("[::1]:2222"), Port: 22}},
-		{"::1:2222:22", Forward{Host: netip.MustParseAddrPort("[::1]:2222"), Port: 22}},
+		{"8080:80", PortForward{Host: netip.MustParseAddrPort("127.0.0.1:8080"), Port: 80}},
+		{"0.0.0.0:5353:53/udp", PortForward{UDP: true, Host: netip.MustParseAddrPort("0.0.0.0:5353"), Port: 53}},
+		{"[::1]:2222:22/tcp", PortForward{Host: netip.MustParseAddrPort("[::1]:2222"), Port: 22}},
+		{"::1:2222:22", PortForward{Host: netip.MustParseAddrPort("[::1]:2222"), Port: 22}},
 	}
 	for _, tc := range ok {
-		f, err := ParseForward(tc.in)
+		f, err := ParsePortForward(tc.in)
 		require.NoError(t, err, tc.in)
 		require.Equal(t, tc.want, f, tc.in)
-		back, err := ParseForward(f.String())
+		back, err := ParsePortForward(f.String())
 		require.NoError(t, err)
 		require.Equal(t, f, back, "String round trip of %q", tc.in)
 	}
 	for _, in := range []string{"", "80", "0:80", "8080:0", "8080:80/sctp", "x:8080:80", "8080:70000", "1.2.3.4:x:80"} {
-		_, err := ParseForward(in)
+		_, err := ParsePortForward(in)
 		require.Error(t, err, in)
 	}
 }
@@ -55,7 +55,7 @@ func TestNormalize(t *testing.T) {
 		"v6 gateway v4":      {Gateway6: DefaultGateway4},
 		"mtu":                {MTU: 100},
 		"tcp buffer":         {TCPBuffer: 10},
-		"v6 forward no v6":   {NoIPv6: true, Forwards: []Forward{{Host: netip.MustParseAddrPort("[::1]:1"), Port: 1}}},
+		"v6 forward no v6":   {NoIPv6: true, PortForwards: []PortForward{{Host: netip.MustParseAddrPort("[::1]:1"), Port: 1}}},
 	} {
 		_, err := bad.normalize()
 		require.Error(t, err, name)
@@ -79,7 +79,7 @@ func TestPolicyFromConfig(t *testing.T) {
 }
 
 func TestCheck(t *testing.T) {
-	fwd := Forward{Host: netip.MustParseAddrPort("127.0.0.1:8080"), Port: 80}
+	fwd := PortForward{Host: netip.MustParseAddrPort("127.0.0.1:8080"), Port: 80}
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -95,8 +95,8 @@ func TestCheck(t *testing.T) {
 		{"broadcast address", Config{Addr4: netip.MustParsePrefix("198.18.0.255/24")}, "address 198.18.0.255/24: want a host address"},
 		{"v6 prefix", Config{Addr6: netip.MustParsePrefix("fd00:198:18::100/128")}, "IPv6 address fd00:198:18::100/128: want a host address in a prefix of /126 or shorter"},
 		{"bad allow", Config{Allow: []netip.Prefix{{}}}, "allow/deny prefix invalid Prefix: not a valid CIDR prefix"},
-		{"duplicate forward", Config{Forwards: []Forward{fwd, {Host: fwd.Host, Port: 81}}}, "port forward 127.0.0.1:8080:81: host address 127.0.0.1:8080/tcp is forwarded twice"},
-		{"forward without port", Config{Forwards: []Forward{{Host: fwd.Host}}}, "needs a host address and a sandbox port"},
+		{"duplicate forward", Config{PortForwards: []PortForward{fwd, {Host: fwd.Host, Port: 81}}}, "port forward 127.0.0.1:8080:81: host address 127.0.0.1:8080/tcp is forwarded twice"},
+		{"forward without port", Config{PortForwards: []PortForward{{Host: fwd.Host}}}, "needs a host address and a sandbox port"},
 		{"mtu", Config{MTU: 100}, "MTU 100: must be from"},
 		{"gateway outside", Config{Gateway4: netip.MustParseAddr("10.0.0.1")}, "gateway 10.0.0.1: must be an IPv4 address in 198.18.0.0/24"},
 		{"proxy scheme", Config{Proxy: "socks4://127.0.0.1:1080"}, `scheme "socks4" not supported`},
@@ -116,9 +116,9 @@ func TestCheck(t *testing.T) {
 	}
 	// The same port over UDP and TCP is two forwards, and port 0 may
 	// repeat (each picks a port).
-	require.NoError(t, Config{Forwards: []Forward{fwd, {UDP: true, Host: fwd.Host, Port: 80}}}.Check())
-	any0 := Forward{Host: netip.MustParseAddrPort("127.0.0.1:0"), Port: 80}
-	require.NoError(t, Config{Forwards: []Forward{any0, any0}, Qdisc: "llist", Queues: 4, Device: "sb0"}.Check())
+	require.NoError(t, Config{PortForwards: []PortForward{fwd, {UDP: true, Host: fwd.Host, Port: 80}}}.Check())
+	any0 := PortForward{Host: netip.MustParseAddrPort("127.0.0.1:0"), Port: 80}
+	require.NoError(t, Config{PortForwards: []PortForward{any0, any0}, Qdisc: "llist", Queues: 4, Device: "sb0"}.Check())
 }
 
 // TestDialer checks which UDP the relay gets for each proxy setting:

@@ -35,11 +35,11 @@ func Reasons() []Reason { return forward.Reasons() }
 // forwards'.
 type Stats struct {
 	forward.Stats
-	// ForwardConns counts connections (TCP) and mappings (UDP) made by
+	// PortForwardConns counts connections (TCP) and mappings (UDP) made by
 	// port forwards.
-	ForwardConns uint64
-	// ForwardFailed counts port-forward connections the sandbox refused.
-	ForwardFailed uint64
+	PortForwardConns uint64
+	// PortForwardFailed counts port-forward connections the sandbox refused.
+	PortForwardFailed uint64
 }
 
 // counters are what the sandbox counts itself (the relay counts the
@@ -54,7 +54,7 @@ func (s *Sandbox) Stats() Stats {
 	if s.fw != nil {
 		f = s.fw.Stats()
 	}
-	return Stats{Stats: f, ForwardConns: s.c.fwdConns.Load(), ForwardFailed: s.c.fwdFailed.Load()}
+	return Stats{Stats: f, PortForwardConns: s.c.fwdConns.Load(), PortForwardFailed: s.c.fwdFailed.Load()}
 }
 
 // policy is the relay's policy for the sandbox's configuration: the

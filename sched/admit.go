@@ -8,7 +8,7 @@ import (
 // admit runs one admission under the strategy's locks. It never waits for
 // room: a full queue refuses at once (ErrNoBufferSpace, counted), because
 // WritePacket is called from goroutines that must not park here, a
-// forwarding stack's receive loop among them. A writer that may wait (a
+// routing stack's receive loop among them. A writer that may wait (a
 // stack's UDP socket, as Linux's waits for send buffer) does so above the
 // qdisc, on Room.
 func (q *Qdisc) admit(pkt *stack.PacketBuffer) tcpip.Error {

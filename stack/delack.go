@@ -196,7 +196,7 @@ func (a *ackDelayer) WritePacket(pkt *gstack.PacketBuffer) tcpip.Error {
 	t := tcpHeader(pkt)
 	if t == nil || pkt.NetworkPacketInfo.IsForwardedPacket {
 		// A routed segment is another host's: its ACKs are that host's
-		// to time (Options.Forwarding).
+		// to time (Options.Routing).
 		return a.next.WritePacket(pkt)
 	}
 	pure := pureACK(pkt, t)

@@ -15,8 +15,9 @@ import (
 type Options struct {
 	// TCP tunes TCP; nil means DefaultTCPOptions.
 	TCP *TCPOptions
-	// Forwarding turns on IPv4 and IPv6 forwarding between NICs, for hosts
-	// that route (a gateway, a VPN endpoint). Routed packets leave as they
+	// Routing makes the stack route IPv4 and IPv6 packets between its NICs
+	// (what Linux calls IP forwarding), for hosts that route (a gateway, a
+	// VPN endpoint). Routed packets leave as they
 	// came: AddNIC turns the link's receive coalescing off
 	// (link.Coalescer), since a merged segment is larger than the MTU and
 	// gVisor drops a routed packet it would have to fragment (answering
@@ -24,10 +25,10 @@ type Options struct {
 	// them. The host's own TCP then goes without GRO too. A tun device
 	// is asked for no offloads then, so the kernel segments and checksums
 	// what it hands over; segments other links receive already merged are
-	// not cut again: give a forwarding stack links that receive MTU-sized
+	// not cut again: give a routing stack links that receive MTU-sized
 	// packets (pktio without VNetHeader, an AF_PACKET interface whose peer
 	// has TSO and GSO off; tun unless its offloads were Inherited).
-	Forwarding bool
+	Routing bool
 	// UDPRecvErr sets IP_RECVERR (and IPV6_RECVERR) on every UDP socket the
 	// stack makes, so that a datagram refused by a full NIC queue fails its
 	// write with ENOBUFS and the writer can retry. Off by default, as in
@@ -41,7 +42,7 @@ type Options struct {
 	// (sched.RoomNotifier) and retries. 0 means DefaultUDPWait; a negative
 	// value never waits (the write is refused at once). The wait is in the
 	// writer's goroutine, above the qdisc, which itself never waits: a
-	// forwarding stack's receive loop and TCP's goroutines are refused at
+	// routing stack's receive loop and TCP's goroutines are refused at
 	// once. A write still refused when the wait is over fails with ENOBUFS
 	// under UDPRecvErr, and is otherwise dropped, counted, as Linux drops it.
 	UDPWait time.Duration
@@ -50,13 +51,14 @@ type Options struct {
 	// (package poll). The zero value, off, is the default: whether it pays
 	// depends on idle cores, see the README's busy polling results.
 	BusyPoll poll.Mode
-	// Relay is for a stack that terminates flows to any address (a NIC in
-	// promiscuous mode, as package sandbox runs it): packets to the
-	// stack's own addresses go out of the NIC rather than being delivered
-	// locally, because with local delivery on gVisor takes every source
-	// address on a promiscuous NIC for one of its own and drops the
-	// packet as a martian.
-	Relay bool
+	// Transparent makes a stack that terminates flows to any address, as a
+	// transparent proxy does: package forward (forward.New) needs it, and
+	// nothing else should set it. Its NICs run in promiscuous mode (as
+	// package sandbox runs them), and packets to the stack's own addresses
+	// go out of the NIC rather than being delivered locally, because with
+	// local delivery on gVisor takes every source address on a promiscuous
+	// NIC for one of its own and drops the packet as a martian.
+	Transparent bool
 	// Cache says whether the stack's conns keep their read and write
 	// scratch (see CacheMode); CacheDefault means DefaultCache. The links'
 	// own caches are their options' (afpacket.Options.NoCache,

@@ -28,14 +28,14 @@ var ErrClosed = errors.New("ustack: stack closed")
 type Stack struct {
 	s *gstack.Stack
 
-	forwarding bool // Options.Forwarding: NICs get no receive coalescing
-	udpRecvErr bool
-	udpWait    time.Duration  // Options.UDPWait with its default; <= 0: never
-	poller     *poll.Poller   // busy polling; Mode off when disabled
-	cache      bool           // conns keep their scratch (Options.Cache)
-	dns        *resolver      // Options.DNS behind Resolver (resolve.go)
-	relay      *relayHandlers // Options.Relay: nil when off
-	delayedACK time.Duration  // TCPOptions.DelayedACK with its default; <= 0: off
+	routing     bool // Options.Routing: NICs get no receive coalescing
+	udpRecvErr  bool
+	udpWait     time.Duration        // Options.UDPWait with its default; <= 0: never
+	poller      *poll.Poller         // busy polling; Mode off when disabled
+	cache       bool                 // conns keep their scratch (Options.Cache)
+	dns         *resolver            // Options.DNS behind Resolver (resolve.go)
+	transparent *transparentHandlers // Options.Transparent: nil when off
+	delayedACK  time.Duration        // TCPOptions.DelayedACK with its default; <= 0: off
 
 	mu     sync.Mutex // guards nics and closed
 	nics   []*nic
@@ -68,15 +68,15 @@ func New(opts *Options) (*Stack, error) {
 		TransportProtocols: []gstack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
 		// Packets to the host's own addresses are delivered locally, as a
 		// kernel does, rather than sent out of a NIC.
-		HandleLocal: !o.Relay,
+		HandleLocal: !o.Transparent,
 	})
 	err := tcpOpts.apply(func(opt tcpip.SettableTransportProtocolOption) tcpip.Error {
 		return s.SetTransportProtocolOption(tcp.ProtocolNumber, opt)
 	})
-	if err == nil && o.Forwarding {
+	if err == nil && o.Routing {
 		for _, p := range []tcpip.NetworkProtocolNumber{ipv4.ProtocolNumber, ipv6.ProtocolNumber} {
 			if terr := s.SetForwardingDefaultAndAllNICs(p, true); terr != nil {
-				err = fmt.Errorf("enable forwarding for protocol %d: %s", p, terr)
+				err = fmt.Errorf("enable routing (IP forwarding) for protocol %d: %s", p, terr)
 				break
 			}
 		}
@@ -95,10 +95,10 @@ func New(opts *Options) (*Stack, error) {
 	if tcpOpts.DelayedACK == 0 {
 		tcpOpts.DelayedACK = DefaultDelayedACK
 	}
-	st := &Stack{s: s, forwarding: o.Forwarding, udpRecvErr: o.UDPRecvErr, udpWait: o.UDPWait, poller: p, cache: o.Cache.On(), delayedACK: tcpOpts.DelayedACK}
+	st := &Stack{s: s, routing: o.Routing, udpRecvErr: o.UDPRecvErr, udpWait: o.UDPWait, poller: p, cache: o.Cache.On(), delayedACK: tcpOpts.DelayedACK}
 	st.dns = newResolver(st, o.DNS)
-	if o.Relay {
-		st.relay = installRelayHandlers(s)
+	if o.Transparent {
+		st.transparent = installTransparentHandlers(s)
 	}
 	return st, nil
 }
@@ -157,9 +157,9 @@ func (s *Stack) AddNIC(ep gstack.LinkEndpoint, opts *NICOptions) (tcpip.NICID, e
 			return 0, fmt.Errorf("add NIC %q: %w", o.Name, err)
 		}
 	}
-	if s.forwarding {
+	if s.routing {
 		if c, ok := ep.(link.Coalescer); ok {
-			c.SetCoalescing(false) // see Options.Forwarding
+			c.SetCoalescing(false) // see Options.Routing
 		}
 	}
 	// The delayed ACK stands in front of the discipline (or of the link,

@@ -157,11 +157,11 @@ Flags:
 		return usage("%v", err)
 	}
 	for _, v := range fwds {
-		f, err := sandbox.ParseForward(v)
+		f, err := sandbox.ParsePortForward(v)
 		if err != nil {
 			return usage("-p: %v", err)
 		}
-		d.Forwards = append(d.Forwards, f)
+		d.PortForwards = append(d.PortForwards, f)
 	}
 	switch *upstream {
 	case "":
@@ -396,9 +396,9 @@ Flags:
 // writeTunStats prints the relay's counters, one per line.
 func writeTunStats(w io.Writer, st sandbox.Stats) {
 	fmt.Fprintf(w, "ustack tun: tcp flows %d (now %d), udp mappings %d (now %d), dns queries %d, forwards %d (failed %d)\n",
-		st.TCPOpened, st.TCPFlows, st.UDPOpened, st.UDPFlows, st.DNSQueries, st.ForwardConns, st.ForwardFailed)
+		st.TCPOpened, st.TCPFlows, st.UDPOpened, st.UDPFlows, st.DNSQueries, st.PortForwardConns, st.PortForwardFailed)
 	fmt.Fprintf(w, "ustack tun: tcp bytes up %d down %d, udp datagrams up %d down %d (dropped %d), pings up %d down %d, connects failed %d, resets %d\n",
-		st.TCPBytesUp, st.TCPBytesDown, st.UDPPacketsUp, st.UDPPacketsDn, st.UDPDropped, st.EchoUp, st.EchoDown, st.ConnectFailed, st.TCPResets)
+		st.TCPBytesUp, st.TCPBytesDown, st.UDPPacketsUp, st.UDPPacketsDown, st.UDPDropped, st.PingsUp, st.PingsDown, st.ConnectFailed, st.TCPResets)
 	var refused []string
 	for _, r := range sandbox.Reasons() {
 		if n := st.Refused[r]; n > 0 {

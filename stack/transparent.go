@@ -14,29 +14,30 @@ import (
 	"gvisor.dev/gvisor/pkg/waiter"
 )
 
-// RelayHandler takes a packet that no endpoint of the stack wanted (the
-// shape of gVisor's per-stack default handlers). It runs in the receive
+// TransparentHandler takes a packet of a transparent stack
+// (Options.Transparent) that no endpoint of the stack wanted (the shape of
+// gVisor's per-stack default handlers). It runs in the receive
 // path and must not block; returning false leaves the packet to gVisor.
 // The packet stays the caller's: a handler that keeps it must IncRef it.
-type RelayHandler = func(gstack.TransportEndpointID, *gstack.PacketBuffer) bool
+type TransparentHandler = func(gstack.TransportEndpointID, *gstack.PacketBuffer) bool
 
-// ErrNotRelay is returned by SetRelayHandler on a stack built without
-// Options.Relay.
-var ErrNotRelay = errors.New("ustack: the stack was built without Options.Relay: build it with stack.Options{Relay: true} to relay flows to addresses it does not own")
+// ErrNotTransparent is returned by SetTransparentHandler (and so by
+// forward.New) on a stack built without Options.Transparent.
+var ErrNotTransparent = errors.New("ustack: the stack was built without Options.Transparent: build it with stack.Options{Transparent: true} to take flows to addresses it does not own")
 
-// relayHandlers holds the handlers of a relaying stack. gVisor reads its
+// transparentHandlers holds the handlers of a transparent stack. gVisor reads its
 // default handlers unsynchronised from the receive path and allows setting
 // them only before the first NIC; the stack installs these trampolines at
 // New instead, so a relay can be attached (and detached) at any time.
-type relayHandlers struct {
-	tcp, udp, icmp4, icmp6 atomic.Pointer[RelayHandler]
+type transparentHandlers struct {
+	tcp, udp, icmp4, icmp6 atomic.Pointer[TransparentHandler]
 }
 
-func installRelayHandlers(s *gstack.Stack) *relayHandlers {
-	r := &relayHandlers{}
+func installTransparentHandlers(s *gstack.Stack) *transparentHandlers {
+	r := &transparentHandlers{}
 	for _, p := range []struct {
 		num tcpip.TransportProtocolNumber
-		h   *atomic.Pointer[RelayHandler]
+		h   *atomic.Pointer[TransparentHandler]
 	}{{tcp.ProtocolNumber, &r.tcp}, {udp.ProtocolNumber, &r.udp}, {icmp.ProtocolNumber4, &r.icmp4}, {icmp.ProtocolNumber6, &r.icmp6}} {
 		h := p.h
 		s.SetTransportProtocolHandler(p.num, func(id gstack.TransportEndpointID, pkt *gstack.PacketBuffer) bool {
@@ -49,26 +50,26 @@ func installRelayHandlers(s *gstack.Stack) *relayHandlers {
 	return r
 }
 
-// SetRelayHandler makes h take the packets of transport protocol p (TCP,
-// UDP, ICMPv4 or ICMPv6) that no endpoint wanted; nil removes it. It is
-// for relays (package forward) and needs a stack built with
-// Options.Relay. Safe to call while packets flow.
-func (s *Stack) SetRelayHandler(p tcpip.TransportProtocolNumber, h RelayHandler) error {
-	if s.relay == nil {
-		return ErrNotRelay
+// SetTransparentHandler makes h take the packets of transport protocol p
+// (TCP, UDP, ICMPv4 or ICMPv6) that no endpoint wanted; nil removes it.
+// It is for package forward and needs a stack built with
+// Options.Transparent. Safe to call while packets flow.
+func (s *Stack) SetTransparentHandler(p tcpip.TransportProtocolNumber, h TransparentHandler) error {
+	if s.transparent == nil {
+		return ErrNotTransparent
 	}
-	var slot *atomic.Pointer[RelayHandler]
+	var slot *atomic.Pointer[TransparentHandler]
 	switch p {
 	case tcp.ProtocolNumber:
-		slot = &s.relay.tcp
+		slot = &s.transparent.tcp
 	case udp.ProtocolNumber:
-		slot = &s.relay.udp
+		slot = &s.transparent.udp
 	case icmp.ProtocolNumber4:
-		slot = &s.relay.icmp4
+		slot = &s.transparent.icmp4
 	case icmp.ProtocolNumber6:
-		slot = &s.relay.icmp6
+		slot = &s.transparent.icmp6
 	default:
-		return errors.New("ustack: set relay handler: transport protocol is not TCP, UDP or ICMP")
+		return errors.New("ustack: set transparent handler: transport protocol is not TCP, UDP or ICMP")
 	}
 	if h == nil {
 		slot.Store(nil)
@@ -78,8 +79,8 @@ func (s *Stack) SetRelayHandler(p tcpip.TransportProtocolNumber, h RelayHandler)
 	return nil
 }
 
-// Relaying reports whether the stack was built with Options.Relay.
-func (s *Stack) Relaying() bool { return s.relay != nil }
+// Transparent reports whether the stack was built with Options.Transparent.
+func (s *Stack) Transparent() bool { return s.transparent != nil }
 
 // NewTCPConn wraps a connected TCP endpoint made on this stack (by a
 // forwarder, say) in the net.Conn DialTCP returns, with the stack's busy

@@ -36,17 +36,17 @@ func routedSegment(seq, ack uint32, payload int) []byte {
 	return b
 }
 
-// TestForwardingLeavesPacketsAlone: a forwarding stack routes a round of
+// TestRoutingLeavesPacketsAlone: a routing stack routes a round of
 // one flow's segments out as they came, one packet each, in order, even
 // where a host would merge them: back-to-back data segments (GRO would
 // make one segment larger than the MTU, which routing cannot send), a run
 // of growing pure ACKs (ACK thinning would keep the last), and a pure
 // ACK its sender's next request answers at once (the delayed ACK would
 // hold it, and drop it once the request carried it).
-func TestForwardingLeavesPacketsAlone(t *testing.T) {
+func TestRoutingLeavesPacketsAlone(t *testing.T) {
 	tcp := stack.DefaultTCPOptions()
 	tcp.DelayedACK = time.Hour // a held ACK would never leave
-	s, err := stack.New(&stack.Options{Forwarding: true, TCP: &tcp})
+	s, err := stack.New(&stack.Options{Routing: true, TCP: &tcp})
 	require.NoError(t, err)
 	defer s.Close()
 	in, err := pktio.New(nil)

@@ -141,7 +141,7 @@ func (e *echoRelay) connLocked(f *Forwarder, fam int) (conn net.PacketConn, dgra
 	if !f.begin() {
 		return nil, false
 	}
-	conn, dgram, err := ListenEcho(fam == 1)
+	conn, dgram, err := ListenPing(fam == 1)
 	if err != nil {
 		f.wg.Done()
 		e.failed[fam] = true
@@ -152,12 +152,12 @@ func (e *echoRelay) connLocked(f *Forwarder, fam int) (conn net.PacketConn, dgra
 	return conn, dgram
 }
 
-// ListenEcho opens the host socket the echo relay sends pings through: a
+// ListenPing opens the host socket the echo relay sends pings through: a
 // raw ICMP socket, which takes CAP_NET_RAW, or else an ICMP datagram
 // socket (dgram), which takes membership of a group in
 // net.ipv4.ping_group_range (both families use that sysctl). The error,
 // when neither is allowed, names both and what to do.
-func ListenEcho(v6 bool) (conn net.PacketConn, dgram bool, err error) {
+func ListenPing(v6 bool) (conn net.PacketConn, dgram bool, err error) {
 	network, laddr, dgramNet := "ip4:icmp", "0.0.0.0", "udp4"
 	if v6 {
 		network, laddr, dgramNet = "ip6:ipv6-icmp", "::", "udp6"
@@ -268,12 +268,12 @@ func (e *echoRelay) close() {
 	}
 }
 
-// OpenEcho opens the ping relay's host sockets now rather than on the
+// OpenPing opens the ping relay's host sockets now rather than on the
 // first ping, for a process about to confine itself (a seccomp filter
 // that refuses new raw sockets): a Forwarder whose handler is Relay's
 // keeps relaying pings through the sockets opened here. It does nothing
 // for other handlers.
-func (f *Forwarder) OpenEcho() {
+func (f *Forwarder) OpenPing() {
 	r, ok := f.h.(*relay)
 	if !ok {
 		return

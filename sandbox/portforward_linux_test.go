@@ -39,7 +39,7 @@ func newForwardEnv(t testing.TB) *forwardEnv {
 	require.NoError(t, err)
 	require.NoError(t, inside.AddAddress(id, cfg.Addr4))
 
-	st, err := stack.New(&stack.Options{Relay: true})
+	st, err := stack.New(&stack.Options{Transparent: true})
 	require.NoError(t, err)
 	s := &Sandbox{cfg: cfg, st: st}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -96,8 +96,8 @@ func TestForwardIdleFlowsHoldNoGoroutine(t *testing.T) {
 			accepted <- c
 		}
 	}()
-	require.NoError(t, s.startForward(Forward{Host: netip.MustParseAddrPort("127.0.0.1:0"), Port: 7000}))
-	addr := s.ForwardAddrs()[0]
+	require.NoError(t, s.startForward(PortForward{Host: netip.MustParseAddrPort("127.0.0.1:0"), Port: 7000}))
+	addr := s.PortForwardAddrs()[0]
 	base := runtime.NumGoroutine()
 
 	hosts := make([]net.Conn, n)  // the host's clients
@@ -119,7 +119,7 @@ func TestForwardIdleFlowsHoldNoGoroutine(t *testing.T) {
 	// The relay's host poller is the one goroutine the flows add.
 	settle(t, base+1, "idle port-forwarded flows")
 	require.Equal(t, int64(n), s.Stats().TCPFlows)
-	require.Equal(t, uint64(n), s.Stats().ForwardConns)
+	require.Equal(t, uint64(n), s.Stats().PortForwardConns)
 
 	// Parked flows wake either way: the host speaks first on half of
 	// them, the sandbox on the other half, each answered.
@@ -192,8 +192,8 @@ func BenchmarkForwardPingPong(b *testing.B) {
 	require.NoError(b, err)
 	defer ln.Close()
 	go xfer.EchoStreams(ln)
-	require.NoError(b, e.s.startForward(Forward{Host: netip.MustParseAddrPort("127.0.0.1:0"), Port: 7000}))
-	c, err := net.Dial("tcp", e.s.ForwardAddrs()[0].String())
+	require.NoError(b, e.s.startForward(PortForward{Host: netip.MustParseAddrPort("127.0.0.1:0"), Port: 7000}))
+	c, err := net.Dial("tcp", e.s.PortForwardAddrs()[0].String())
 	require.NoError(b, err)
 	defer c.Close()
 	xfer.PingPong(b, c, 64)

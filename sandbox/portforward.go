@@ -20,7 +20,7 @@ import (
 // checkForwardPrivilege refuses, before anything is created, a forward
 // from a host port this process may not bind: below the sysctl
 // net.ipv4.ip_unprivileged_port_start (1024 by default) without root.
-func checkForwardPrivilege(fwds []Forward) error {
+func checkForwardPrivilege(fwds []PortForward) error {
 	if os.Geteuid() == 0 {
 		return nil
 	}
@@ -38,9 +38,9 @@ func checkForwardPrivilege(fwds []Forward) error {
 	return nil
 }
 
-// startForward listens on the host for f (one of Config.Forwards) and
+// startForward listens on the host for f (one of Config.PortForwards) and
 // carries what arrives into the sandbox.
-func (s *Sandbox) startForward(f Forward) error {
+func (s *Sandbox) startForward(f PortForward) error {
 	c, addr, err := s.listenForward(f)
 	if err != nil {
 		return err
@@ -53,7 +53,7 @@ func (s *Sandbox) startForward(f Forward) error {
 // listenForward listens on the host for f and starts the goroutine that
 // carries what arrives into the sandbox (one of s.wg's: the caller makes
 // sure Close is not waiting yet). Closing the returned listener ends it.
-func (s *Sandbox) listenForward(f Forward) (io.Closer, netip.AddrPort, error) {
+func (s *Sandbox) listenForward(f PortForward) (io.Closer, netip.AddrPort, error) {
 	if f.UDP {
 		pc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(f.Host))
 		if err != nil {
@@ -73,53 +73,53 @@ func (s *Sandbox) listenForward(f Forward) (io.Closer, netip.AddrPort, error) {
 	return ln, ln.Addr().(*net.TCPAddr).AddrPort(), nil
 }
 
-// ForwardInfo is a port forward added at run time (AddForward).
-type ForwardInfo struct {
-	ID      int
-	Forward Forward
+// PortForwardInfo is a port forward added at run time (AddPortForward).
+type PortForwardInfo struct {
+	ID          int
+	PortForward PortForward
 	// Addr is where the host listens (the port picked, for port 0).
 	Addr netip.AddrPort
 }
 
-// runtimeForward is a forward added by AddForward, with its listener.
+// runtimeForward is a forward added by AddPortForward, with its listener.
 type runtimeForward struct {
-	info ForwardInfo
+	info PortForwardInfo
 	c    io.Closer
 }
 
-// AddForward starts a port forward while the sandbox runs, as
-// slirp4netns's add_hostfwd does, and returns its ID for RemoveForward.
-func (s *Sandbox) AddForward(f Forward) (ForwardInfo, error) {
+// AddPortForward starts a port forward while the sandbox runs, as
+// slirp4netns's add_hostfwd does, and returns its ID for RemovePortForward.
+func (s *Sandbox) AddPortForward(f PortForward) (PortForwardInfo, error) {
 	if f.Port == 0 || !f.Host.Addr().IsValid() {
-		return ForwardInfo{}, fmt.Errorf("sandbox: port forward %v: needs a host address and a sandbox port", f)
+		return PortForwardInfo{}, fmt.Errorf("sandbox: port forward %v: needs a host address and a sandbox port", f)
 	}
 	if f.Host.Addr().Is6() && s.cfg.NoIPv6 {
-		return ForwardInfo{}, fmt.Errorf("sandbox: port forward %v: IPv6 is off in the sandbox", f)
+		return PortForwardInfo{}, fmt.Errorf("sandbox: port forward %v: IPv6 is off in the sandbox", f)
 	}
-	if err := checkForwardPrivilege([]Forward{f}); err != nil {
-		return ForwardInfo{}, err
+	if err := checkForwardPrivilege([]PortForward{f}); err != nil {
+		return PortForwardInfo{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ForwardInfo{}, errors.New("sandbox: closed")
+		return PortForwardInfo{}, errors.New("sandbox: closed")
 	}
 	c, addr, err := s.listenForward(f)
 	if err != nil {
-		return ForwardInfo{}, err
+		return PortForwardInfo{}, err
 	}
 	if s.runtime == nil {
 		s.runtime = map[int]*runtimeForward{}
 	}
 	s.nextFwd++
-	info := ForwardInfo{ID: s.nextFwd, Forward: f, Addr: addr}
+	info := PortForwardInfo{ID: s.nextFwd, PortForward: f, Addr: addr}
 	s.runtime[info.ID] = &runtimeForward{info: info, c: c}
 	return info, nil
 }
 
-// RemoveForward stops listening for the forward AddForward returned id
+// RemovePortForward stops listening for the forward AddPortForward returned id
 // for; connections it carried already go on.
-func (s *Sandbox) RemoveForward(id int) error {
+func (s *Sandbox) RemovePortForward(id int) error {
 	s.mu.Lock()
 	rf := s.runtime[id]
 	delete(s.runtime, id)
@@ -130,27 +130,27 @@ func (s *Sandbox) RemoveForward(id int) error {
 	return rf.c.Close()
 }
 
-// Forwards lists the forwards added with AddForward, by ID.
-func (s *Sandbox) Forwards() []ForwardInfo {
+// PortForwards lists the forwards added with AddPortForward, by ID.
+func (s *Sandbox) PortForwards() []PortForwardInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []ForwardInfo
+	var out []PortForwardInfo
 	for _, rf := range s.runtime {
 		out = append(out, rf.info)
 	}
-	slices.SortFunc(out, func(a, b ForwardInfo) int { return a.ID - b.ID })
+	slices.SortFunc(out, func(a, b PortForwardInfo) int { return a.ID - b.ID })
 	return out
 }
 
-// ForwardAddrs returns where the host listens for each of
-// Config.Forwards, in order (a forward given port 0 gets one picked).
-func (s *Sandbox) ForwardAddrs() []netip.AddrPort {
+// PortForwardAddrs returns where the host listens for each of
+// Config.PortForwards, in order (a forward given port 0 gets one picked).
+func (s *Sandbox) PortForwardAddrs() []netip.AddrPort {
 	return append([]netip.AddrPort(nil), s.fwdAddrs...)
 }
 
 // sandboxAddr is the sandbox address a forward from a host client goes to:
 // the family of the listening address, or of the client for a wildcard.
-func (s *Sandbox) sandboxAddr(f Forward, client netip.Addr) netip.Addr {
+func (s *Sandbox) sandboxAddr(f PortForward, client netip.Addr) netip.Addr {
 	v6 := f.Host.Addr().Is6()
 	if f.Host.Addr().IsUnspecified() {
 		v6 = client.Is6() && !client.Is4In6()
@@ -193,7 +193,7 @@ func acceptEach[C io.Closer](s *Sandbox, accept func() (C, error), serve func(C)
 // relay belongs to the Forwarder from then on, which Close closes: this
 // goroutine returns once the connection goes idle, and an idle forwarded
 // connection holds no goroutine (forward.SpliceAsync).
-func (s *Sandbox) forwardTCP(f Forward, c *net.TCPConn) {
+func (s *Sandbox) forwardTCP(f PortForward, c *net.TCPConn) {
 	client := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 	dst := netip.AddrPortFrom(s.sandboxAddr(f, client), f.Port)
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ConnectTimeout)
@@ -214,7 +214,7 @@ func (s *Sandbox) forwardTCP(f Forward, c *net.TCPConn) {
 // connected to the sandbox port.
 type udpForward struct {
 	s  *Sandbox
-	f  Forward
+	f  PortForward
 	pc *net.UDPConn
 
 	mu    sync.Mutex
