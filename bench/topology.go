@@ -19,7 +19,7 @@ import (
 // host is one end of a benchmark: a ustack stack, or the Linux stack in a
 // network namespace (Go's net, with sockets opened inside it).
 type host interface {
-	DialTCP(ctx context.Context, addr netip.AddrPort) (net.Conn, error)
+	DialTCP(ctx context.Context, addr netip.AddrPort) (stack.TCPConn, error)
 	ListenTCP(addr netip.AddrPort) (net.Listener, error)
 	DialUDP(laddr, raddr netip.AddrPort) (net.Conn, error)
 	ListenUDP(laddr netip.AddrPort) (net.PacketConn, error)

@@ -20,6 +20,7 @@ import (
 	"github.com/ustack-dev/ustack/link/tun"
 	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
+	"github.com/ustack-dev/ustack/stack"
 )
 
 // Addresses of the device topologies, one /24 each so that a leftover
@@ -39,10 +40,13 @@ var probeOnce = sync.OnceValue(netns.Probe)
 // socket is opened inside the namespace and stays in it.
 type kernelHost struct{ ns *netns.NS }
 
-func (k kernelHost) DialTCP(ctx context.Context, ap netip.AddrPort) (c net.Conn, err error) {
+func (k kernelHost) DialTCP(ctx context.Context, ap netip.AddrPort) (c stack.TCPConn, err error) {
 	err = k.ns.Do(func() error {
 		var d net.Dialer
-		c, err = d.DialContext(ctx, "tcp", ap.String())
+		nc, err := d.DialContext(ctx, "tcp", ap.String())
+		if err == nil {
+			c = nc.(*net.TCPConn)
+		}
 		return err
 	})
 	return c, err

@@ -41,7 +41,7 @@ func isWG(l string) bool { return l == LinkWG || l == LinkWGNetstack }
 // wgHost is a host made of a netstack's dial and listen functions, as
 // both wgnet.Net and wireguard-go's netstack.Net have them.
 type wgHost struct {
-	dialTCP   func(ctx context.Context, addr netip.AddrPort) (net.Conn, error)
+	dialTCP   func(ctx context.Context, addr netip.AddrPort) (stack.TCPConn, error)
 	listenTCP func(addr netip.AddrPort) (net.Listener, error)
 	dialUDP   func(laddr, raddr netip.AddrPort) (net.Conn, error)
 	listenUDP func(laddr netip.AddrPort) (net.PacketConn, error)
@@ -49,7 +49,7 @@ type wgHost struct {
 
 var _ host = wgHost{}
 
-func (h wgHost) DialTCP(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
+func (h wgHost) DialTCP(ctx context.Context, addr netip.AddrPort) (stack.TCPConn, error) {
 	return h.dialTCP(ctx, addr)
 }
 func (h wgHost) ListenTCP(addr netip.AddrPort) (net.Listener, error) { return h.listenTCP(addr) }
@@ -70,8 +70,8 @@ func iface[I any, T any](v T, err error) (I, error) {
 
 func wgnetHost(n *wgnet.Net) wgHost {
 	return wgHost{
-		dialTCP: func(ctx context.Context, a netip.AddrPort) (net.Conn, error) {
-			return iface[net.Conn](n.DialContextTCPAddrPort(ctx, a))
+		dialTCP: func(ctx context.Context, a netip.AddrPort) (stack.TCPConn, error) {
+			return iface[stack.TCPConn](n.DialContextTCPAddrPort(ctx, a))
 		},
 		listenTCP: func(a netip.AddrPort) (net.Listener, error) { return iface[net.Listener](n.ListenTCPAddrPort(a)) },
 		dialUDP:   func(l, r netip.AddrPort) (net.Conn, error) { return iface[net.Conn](n.DialUDPAddrPort(l, r)) },
@@ -81,8 +81,8 @@ func wgnetHost(n *wgnet.Net) wgHost {
 
 func netstackHost(n *netstack.Net) wgHost {
 	return wgHost{
-		dialTCP: func(ctx context.Context, a netip.AddrPort) (net.Conn, error) {
-			return iface[net.Conn](n.DialContextTCPAddrPort(ctx, a))
+		dialTCP: func(ctx context.Context, a netip.AddrPort) (stack.TCPConn, error) {
+			return iface[stack.TCPConn](n.DialContextTCPAddrPort(ctx, a))
 		},
 		listenTCP: func(a netip.AddrPort) (net.Listener, error) { return iface[net.Listener](n.ListenTCPAddrPort(a)) },
 		dialUDP:   func(l, r netip.AddrPort) (net.Conn, error) { return iface[net.Conn](n.DialUDPAddrPort(l, r)) },

@@ -76,7 +76,7 @@ func Example_transparentProxy() {
 	}
 	defer c.Close()
 	io.WriteString(c, "hello")
-	c.(interface{ CloseWrite() error }).CloseWrite()
+	c.CloseWrite()
 	b, _ := io.ReadAll(c)
 	fmt.Println(string(b))
 	// Output: for 203.0.113.7:80: hello

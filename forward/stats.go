@@ -83,9 +83,9 @@ type Stats struct {
 	// TCPResets counts resets Relay carried across, either way.
 	TCPResets uint64
 	// Bytes and datagrams carried.
-	TCPBytesUp, TCPBytesDown   uint64
+	TCPBytesUp, TCPBytesDown     uint64
 	UDPPacketsUp, UDPPacketsDown uint64
-	UDPBytesUp, UDPBytesDown   uint64
+	UDPBytesUp, UDPBytesDown     uint64
 	// UDPDropped counts datagrams lost: a flow's queue or a host socket's
 	// buffer was full, a reply did not fit the NIC's MTU, or a DNS query
 	// relayed over TCP (Policy.DNS) got no answer.

@@ -13,6 +13,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/ustack-dev/ustack/stack"
 )
 
 // TCPRequest is a TCP connection a peer of the stack is opening, its
@@ -51,9 +53,9 @@ func (r *TCPRequest) answer() bool {
 }
 
 // Accept completes the handshake and returns the connection (Up is what
-// Read returns). The conn has CloseRead and CloseWrite. It fails if the
-// request was answered already or the peer gave up meanwhile.
-func (r *TCPRequest) Accept() (net.Conn, error) {
+// Read returns). It fails if the request was answered already or the peer
+// gave up meanwhile.
+func (r *TCPRequest) Accept() (stack.TCPConn, error) {
 	if !r.answer() {
 		return nil, fmt.Errorf("forward: accept %v -> %v: request already answered", r.src, r.dst)
 	}
@@ -143,7 +145,7 @@ func (f *Forwarder) releaseHalfOpen(dst netip.AddrPort) {
 // DialTCP connects from the stack to dst, a peer behind its NICs (a port
 // forward into a namespace, say), as a flow counted against the limits
 // and the budget like any other. Its Up is what Read returns.
-func (f *Forwarder) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+func (f *Forwarder) DialTCP(ctx context.Context, dst netip.AddrPort) (stack.TCPConn, error) {
 	opErr := func(err error) error {
 		return &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(dst), Err: err}
 	}
@@ -201,10 +203,10 @@ type conn struct {
 	fl *flow
 
 	once sync.Once
-	nc   net.Conn // the stack's conn, once made
+	nc   stack.TCPConn // the stack's conn, once made
 }
 
-var _ net.Conn = (*conn)(nil)
+var _ stack.TCPConn = (*conn)(nil)
 
 func (f *Forwarder) newConn(wq *waiter.Queue, ep tcpip.Endpoint, fl *flow) *conn {
 	if b := f.o.TCPBuffer; b > 0 {
@@ -224,7 +226,7 @@ func (f *Forwarder) newConn(wq *waiter.Queue, ep tcpip.Endpoint, fl *flow) *conn
 
 // stackConn is the stack's conn over the endpoint, made the first time
 // it is asked for.
-func (c *conn) stackConn() net.Conn {
+func (c *conn) stackConn() stack.TCPConn {
 	c.once.Do(func() { c.nc = c.fl.f.st.NewTCPConn(c.wq, c.ep) })
 	return c.nc
 }
@@ -259,12 +261,12 @@ func (c *conn) countDown(n int) {
 
 // CloseRead shuts the reading side down.
 func (c *conn) CloseRead() error {
-	return c.stackConn().(interface{ CloseRead() error }).CloseRead()
+	return c.stackConn().CloseRead()
 }
 
 // CloseWrite sends FIN after what was written.
 func (c *conn) CloseWrite() error {
-	return c.stackConn().(interface{ CloseWrite() error }).CloseWrite()
+	return c.stackConn().CloseWrite()
 }
 
 // Close implements net.Conn and ends the flow.

@@ -772,7 +772,7 @@ func TestSandboxIPv6(t *testing.T) {
 	hs := startHostServices(t, netip.MustParseAddr("::1"))
 	sb, err := sandbox.New(&sandbox.Config{
 		AllowHostLoopback: true,
-		PortForwards:          []sandbox.PortForward{{Host: netip.MustParseAddrPort("[::1]:0"), Port: 7000}, {Host: netip.MustParseAddrPort("[::1]:0"), Port: 7000, UDP: true}},
+		PortForwards:      []sandbox.PortForward{{Host: netip.MustParseAddrPort("[::1]:0"), Port: 7000}, {Host: netip.MustParseAddrPort("[::1]:0"), Port: 7000, UDP: true}},
 	})
 	require.NoError(t, err)
 	defer sb.Close()

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"syscall"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -26,37 +25,6 @@ import (
 // ListenBacklog is the accept queue length of ListenTCP: 4096 is Linux's
 // default net.core.somaxconn since 5.4, which Go's net uses as its backlog.
 const ListenBacklog = 4096
-
-// netError translates a gVisor error into a Go error once, at the net.Conn
-// boundary: the errno where one matches, so that errors.Is(err,
-// syscall.ECONNREFUSED) works as it does for the kernel's sockets.
-func netError(err tcpip.Error) error {
-	switch err.(type) {
-	case *tcpip.ErrConnectionRefused:
-		return syscall.ECONNREFUSED
-	case *tcpip.ErrConnectionReset:
-		return syscall.ECONNRESET
-	case *tcpip.ErrConnectionAborted:
-		return syscall.ECONNABORTED
-	case *tcpip.ErrTimeout:
-		return syscall.ETIMEDOUT
-	case *tcpip.ErrPortInUse:
-		return syscall.EADDRINUSE
-	case *tcpip.ErrBadLocalAddress:
-		return syscall.EADDRNOTAVAIL
-	case *tcpip.ErrHostUnreachable, *tcpip.ErrHostDown:
-		return syscall.EHOSTUNREACH
-	case *tcpip.ErrNetworkUnreachable, *tcpip.ErrNoNet:
-		return syscall.ENETUNREACH
-	case *tcpip.ErrNoBufferSpace:
-		return syscall.ENOBUFS
-	case *tcpip.ErrInvalidEndpointState:
-		return syscall.EINVAL
-	case *tcpip.ErrClosedForSend, *tcpip.ErrClosedForReceive:
-		return net.ErrClosed
-	}
-	return errors.New(err.String())
-}
 
 func opError(op, network string, addr netip.AddrPort, err error) *net.OpError {
 	var a net.Addr
@@ -78,11 +46,29 @@ func fullAddress(ap netip.AddrPort) tcpip.FullAddress {
 	return fa
 }
 
-// DialTCP connects to addr. The returned net.Conn has CloseWrite and
-// CloseRead methods (it is a *gonet.TCPConn unless busy polling or the
-// buffer cache is on).
-// Errors are *net.OpError.
-func (s *Stack) DialTCP(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
+// TCPConn is a TCP connection of the stack: a net.Conn that can also shut
+// one direction down, as *net.TCPConn can. Every TCP conn that this
+// package, package forward and package wgnet hand out is one, so a
+// caller needs no type assertion for a half-close.
+type TCPConn interface {
+	net.Conn
+	// CloseRead shuts the reading side down: reads return io.EOF.
+	CloseRead() error
+	// CloseWrite shuts the writing side down: the peer reads EOF (FIN)
+	// after what was written.
+	CloseWrite() error
+}
+
+// The stack's TCP conns: its own, and gonet's when it hands those out
+// unchanged.
+var (
+	_ TCPConn = (*tcpConn)(nil)
+	_ TCPConn = (*gonet.TCPConn)(nil)
+)
+
+// DialTCP connects to addr. Errors are *net.OpError, their Err translated
+// by TranslateError.
+func (s *Stack) DialTCP(ctx context.Context, addr netip.AddrPort) (TCPConn, error) {
 	if !addr.IsValid() || addr.Addr().Unmap().IsUnspecified() || addr.Port() == 0 {
 		return nil, opError("dial", "tcp", addr, errors.New("need a specified address and a non-zero port"))
 	}
@@ -92,7 +78,7 @@ func (s *Stack) DialTCP(ctx context.Context, addr netip.AddrPort) (net.Conn, err
 	var wq waiter.Queue
 	ep, terr := s.s.NewEndpoint(tcp.ProtocolNumber, protocolOf(addr.Addr()), &wq)
 	if terr != nil {
-		return nil, opError("dial", "tcp", addr, netError(terr))
+		return nil, opError("dial", "tcp", addr, TranslateError(terr))
 	}
 	entry, ready := waiter.NewChannelEntry(waiter.WritableEvents)
 	wq.EventRegister(&entry)
@@ -109,7 +95,7 @@ func (s *Stack) DialTCP(ctx context.Context, addr netip.AddrPort) (net.Conn, err
 	}
 	if terr != nil {
 		ep.Close()
-		return nil, opError("dial", "tcp", addr, netError(terr))
+		return nil, opError("dial", "tcp", addr, TranslateError(terr))
 	}
 	if s.poller.Enabled() || s.cache {
 		return newTCPConn(&wq, ep, s.poller, s.cache), nil
@@ -129,15 +115,15 @@ func (s *Stack) ListenTCP(addr netip.AddrPort) (net.Listener, error) {
 	var wq waiter.Queue
 	ep, terr := s.s.NewEndpoint(tcp.ProtocolNumber, protocolOf(addr.Addr()), &wq)
 	if terr != nil {
-		return nil, opError("listen", "tcp", addr, netError(terr))
+		return nil, opError("listen", "tcp", addr, TranslateError(terr))
 	}
 	if terr := ep.Bind(fullAddress(addr)); terr != nil {
 		ep.Close()
-		return nil, opError("listen", "tcp", addr, netError(terr))
+		return nil, opError("listen", "tcp", addr, TranslateError(terr))
 	}
 	if terr := ep.Listen(ListenBacklog); terr != nil {
 		ep.Close()
-		return nil, opError("listen", "tcp", addr, netError(terr))
+		return nil, opError("listen", "tcp", addr, TranslateError(terr))
 	}
 	if s.poller.Enabled() || s.cache {
 		return newTCPListener(&wq, ep, s.poller, s.cache), nil
@@ -173,7 +159,7 @@ func (s *Stack) udp(op string, laddr, raddr netip.AddrPort, proto tcpip.NetworkP
 	var wq waiter.Queue
 	ep, terr := s.s.NewEndpoint(udp.ProtocolNumber, proto, &wq)
 	if terr != nil {
-		return nil, opError(op, "udp", laddr, netError(terr))
+		return nil, opError(op, "udp", laddr, TranslateError(terr))
 	}
 	if s.udpRecvErr {
 		setRecvErr(ep)
@@ -181,13 +167,13 @@ func (s *Stack) udp(op string, laddr, raddr netip.AddrPort, proto tcpip.NetworkP
 	if laddr.IsValid() {
 		if terr := ep.Bind(fullAddress(laddr)); terr != nil {
 			ep.Close()
-			return nil, opError(op, "udp", laddr, netError(terr))
+			return nil, opError(op, "udp", laddr, TranslateError(terr))
 		}
 	}
 	if raddr.IsValid() {
 		if terr := ep.Connect(fullAddress(raddr)); terr != nil {
 			ep.Close()
-			return nil, opError(op, "udp", raddr, netError(terr))
+			return nil, opError(op, "udp", raddr, TranslateError(terr))
 		}
 	}
 	g := gonet.NewUDPConn(&wq, ep)
@@ -266,7 +252,7 @@ func (s *Stack) Ping(ctx context.Context, dst netip.Addr, payload []byte) (time.
 	var wq waiter.Queue
 	ep, terr := s.s.NewEndpoint(proto, netProto, &wq)
 	if terr != nil {
-		return fail(netError(terr))
+		return fail(TranslateError(terr))
 	}
 	defer ep.Close()
 	entry, readable := waiter.NewChannelEntry(waiter.ReadableEvents)
@@ -284,7 +270,7 @@ func (s *Stack) Ping(ctx context.Context, dst netip.Addr, payload []byte) (time.
 	r := bytes.NewReader(msg)
 	to := tcpip.FullAddress{Addr: toTCPIP(dst)}
 	if _, terr := ep.Write(r, tcpip.WriteOptions{To: &to}); terr != nil {
-		return fail(netError(terr))
+		return fail(TranslateError(terr))
 	}
 	buf := make([]byte, len(msg)+64)
 	for {
@@ -299,7 +285,7 @@ func (s *Stack) Ping(ctx context.Context, dst netip.Addr, payload []byte) (time.
 			continue
 		}
 		if terr != nil {
-			return fail(netError(terr))
+			return fail(TranslateError(terr))
 		}
 		got := buf[:res.Count]
 		if len(got) >= header.ICMPv4MinimumSize && got[0] == reply &&

@@ -11,11 +11,11 @@ import (
 )
 
 // TestGonetErrorsTranslated checks that every gVisor error in translated
-// has a translation in netError, and that gonetError finds it again in
+// has a translation in TranslateError, and that gonetError finds it again in
 // the message-only error gonet makes of it.
 func TestGonetErrorsTranslated(t *testing.T) {
 	for _, e := range translated {
-		want := netError(e)
+		want := TranslateError(e)
 		var errno syscall.Errno
 		require.True(t, errors.As(want, &errno) || errors.Is(want, net.ErrClosed), "netError translates %T, got %v", e, want)
 		got := gonetError(&net.OpError{Op: "read", Net: "tcp", Err: errors.New(e.String())})

@@ -125,8 +125,8 @@ func TestDialContextReturnsStackConns(t *testing.T) {
 	require.NoError(t, err)
 	defer pc.Close()
 	require.NotNil(t, stack.EndpointOf(pc.(net.Conn)), "a packet conn is the stack's")
-	_, ok := c.(interface{ CloseWrite() error })
-	require.True(t, ok, "a TCP conn can half-close")
+	require.Implements(t, (*stack.TCPConn)(nil), c, "a TCP conn from DialContext can half-close")
+	require.Implements(t, (*stack.TCPConn)(nil), sc, "an accepted TCP conn can half-close")
 }
 
 func TestHTTPOverStack(t *testing.T) {

@@ -116,35 +116,41 @@ func (m CacheMode) On() bool {
 // what users of its peer projects (Tailscale, sing-tun, runsc) most often
 // had to change; ours are spelled out here with their reasons, and set
 // explicitly, so a gVisor upgrade cannot change them behind our back.
+//
+// A zero field means its default, field by field, as everywhere in
+// ustack: &TCPOptions{MinRTO: 50 * time.Millisecond} changes the RTO
+// floor and nothing else. So the settings that are on by default are
+// named for turning them off.
 type TCPOptions struct {
-	// SACK turns on selective acknowledgements (RFC 2018). Without them a
-	// single loss in a large window costs a retransmission timeout or a
-	// slow, one-hole-per-RTT recovery. Default on, as in Linux.
-	SACK bool
-	// CongestionControl is "cubic" or "reno". Default "cubic", Linux's
-	// default; gVisor's stack defaults to reno, which grows the window too
-	// slowly on high bandwidth-delay paths.
+	// NoSACK turns selective acknowledgements (RFC 2018) off. They are on
+	// by default, as in Linux: without them a single loss in a large
+	// window costs a retransmission timeout or a slow, one-hole-per-RTT
+	// recovery.
+	NoSACK bool
+	// CongestionControl is "cubic" or "reno"; "" means "cubic", Linux's
+	// default (gVisor's stack defaults to reno, which grows the window
+	// too slowly on high bandwidth-delay paths).
 	CongestionControl string
-	// RACK uses RACK-TLP (RFC 8985) for loss detection: time-based, robust
-	// to reordering. Default on, as in Linux since 4.18.
-	RACK bool
-	// ModerateReceiveBuffer grows each connection's receive buffer with the
-	// measured bandwidth-delay product (Linux's tcp_moderate_rcvbuf) instead
-	// of fixing it at ReceiveBuffer.Default. Default on.
-	ModerateReceiveBuffer bool
+	// NoRACK turns RACK-TLP loss detection (RFC 8985: time-based, robust
+	// to reordering) off. It is on by default, as in Linux since 4.18.
+	NoRACK bool
+	// FixedReceiveBuffer keeps each connection's receive buffer at
+	// ReceiveBuffer.Default. By default it grows with the measured
+	// bandwidth-delay product, as Linux's tcp_moderate_rcvbuf does.
+	FixedReceiveBuffer bool
 	// Nagle delays small writes while data is unacknowledged. Default off,
 	// as Go's net package sets TCP_NODELAY on every connection: request and
 	// response protocols otherwise stall on delayed ACKs.
 	Nagle bool
-	// MinRTO is the floor of the retransmission timeout. Default 200 ms,
-	// as in Linux and gVisor; on in-process or datacenter links with
-	// sub-millisecond round trips a lower floor (Linux's per-route rto_min)
-	// shortens the stall after a lost retransmission.
+	// MinRTO is the floor of the retransmission timeout; 0 means 200 ms,
+	// as in Linux and gVisor. On in-process or datacenter links with
+	// sub-millisecond round trips a lower floor (Linux's per-route
+	// rto_min) shortens the stall after a lost retransmission.
 	MinRTO time.Duration
-	// MaxRTO is the ceiling the retransmission timeout backs off to.
-	// Default (and zero) 120 s, Linux's TCP_RTO_MAX and gVisor's; on a
-	// lossy link where several losses in a row are likely, a lower ceiling
-	// bounds the stall after them. At least MinRTO.
+	// MaxRTO is the ceiling the retransmission timeout backs off to; 0
+	// means 120 s, Linux's TCP_RTO_MAX and gVisor's. On a lossy link where
+	// several losses in a row are likely, a lower ceiling bounds the stall
+	// after them. At least MinRTO.
 	MaxRTO time.Duration
 	// DelayedACK is how long a NIC holds a pure ACK of a flow that has
 	// shown itself request/response, for the flow's next segment to carry
@@ -153,33 +159,68 @@ type TCPOptions struct {
 	// See ackDelayer for which ACKs are held.
 	DelayedACK time.Duration
 	// SendBuffer and ReceiveBuffer bound the per-connection buffers in
-	// bytes. Default 4 KiB / 1 MiB / 8 MiB for both: gVisor caps them at
-	// 4 MiB, which limits one connection to 4 MiB per round trip (3.2
-	// Gbit/s at 10 ms), the ceiling Tailscale's users hit; 8 MiB is the
-	// largest Linux's default tcp_rmem/tcp_wmem maxima on current kernels
-	// and is only a limit, not an allocation.
+	// bytes; a zero field of either means its default: 4 KiB / 1 MiB /
+	// 8 MiB for both. gVisor caps them at 4 MiB, which limits one
+	// connection to 4 MiB per round trip (3.2 Gbit/s at 10 ms), the
+	// ceiling Tailscale's users hit; 8 MiB is the largest of Linux's
+	// default tcp_rmem/tcp_wmem maxima on current kernels and is only a
+	// limit, not an allocation.
 	SendBuffer, ReceiveBuffer BufferRange
 }
 
 // BufferRange is a buffer size range in bytes: the smallest a buffer may
 // be set to, the size new connections start with, and the largest it may
-// grow to.
+// grow to. A zero field means its default.
 type BufferRange struct {
 	Min, Default, Max int
 }
 
-// DefaultTCPOptions returns the TCP settings a nil Options.TCP stands for.
+// The defaults of TCPOptions' durations and buffers.
+const (
+	defaultMinRTO        = 200 * time.Millisecond
+	defaultBufferDefault = 1 << 20
+	defaultBufferMax     = 8 << 20
+)
+
+// DefaultTCPOptions returns the TCP settings a nil Options.TCP, or a zero
+// TCPOptions, stands for, every default spelled out.
 func DefaultTCPOptions() TCPOptions {
-	return TCPOptions{
-		SACK:                  true,
-		CongestionControl:     "cubic",
-		RACK:                  true,
-		ModerateReceiveBuffer: true,
-		MinRTO:                200 * time.Millisecond,
-		MaxRTO:                tcp.MaxRTO,
-		SendBuffer:            BufferRange{Min: tcp.MinBufferSize, Default: 1 << 20, Max: 8 << 20},
-		ReceiveBuffer:         BufferRange{Min: tcp.MinBufferSize, Default: 1 << 20, Max: 8 << 20},
+	var o TCPOptions
+	return o.normalized()
+}
+
+// normalized returns o with every zero field replaced by its default.
+func (o TCPOptions) normalized() TCPOptions {
+	if o.CongestionControl == "" {
+		o.CongestionControl = "cubic"
 	}
+	if o.MinRTO == 0 {
+		o.MinRTO = defaultMinRTO
+	}
+	if o.MaxRTO == 0 {
+		o.MaxRTO = tcp.MaxRTO
+	}
+	if o.DelayedACK == 0 {
+		o.DelayedACK = DefaultDelayedACK
+	}
+	o.SendBuffer = o.SendBuffer.normalized()
+	o.ReceiveBuffer = o.ReceiveBuffer.normalized()
+	return o
+}
+
+// normalized fills b's zero fields with their defaults. A zero Default
+// stays within a Max given smaller than it.
+func (b BufferRange) normalized() BufferRange {
+	if b.Min == 0 {
+		b.Min = tcp.MinBufferSize
+	}
+	if b.Max == 0 {
+		b.Max = max(defaultBufferMax, b.Min, b.Default)
+	}
+	if b.Default == 0 {
+		b.Default = min(max(defaultBufferDefault, b.Min), b.Max)
+	}
+	return b
 }
 
 func (b BufferRange) check(what string) error {
@@ -189,38 +230,36 @@ func (b BufferRange) check(what string) error {
 	return nil
 }
 
-// apply sets the options on a stack's TCP protocol.
+// apply sets the options, normalized, on a stack's TCP protocol.
 func (o *TCPOptions) apply(set func(tcpip.SettableTransportProtocolOption) tcpip.Error) error {
-	if o.CongestionControl != "cubic" && o.CongestionControl != "reno" {
-		return fmt.Errorf("TCP congestion control %q: valid values are cubic, reno", o.CongestionControl)
+	n := o.normalized()
+	if n.CongestionControl != "cubic" && n.CongestionControl != "reno" {
+		return fmt.Errorf("TCP congestion control %q: valid values are cubic, reno", n.CongestionControl)
 	}
-	if o.MinRTO <= 0 {
-		return fmt.Errorf("TCP minimum RTO %v: must be positive", o.MinRTO)
+	if n.MinRTO < 0 {
+		return fmt.Errorf("TCP minimum RTO %v: must be positive", n.MinRTO)
 	}
-	maxRTO := tcpip.TCPMaxRTOOption(o.MaxRTO)
-	if o.MaxRTO == 0 {
-		maxRTO = tcpip.TCPMaxRTOOption(tcp.MaxRTO)
+	if n.MaxRTO < n.MinRTO {
+		return fmt.Errorf("TCP maximum RTO %v: must be at least the minimum RTO, %v", n.MaxRTO, n.MinRTO)
 	}
-	if time.Duration(maxRTO) < o.MinRTO {
-		return fmt.Errorf("TCP maximum RTO %v: must be at least the minimum RTO, %v", time.Duration(maxRTO), o.MinRTO)
-	}
-	if err := o.SendBuffer.check("send"); err != nil {
+	if err := n.SendBuffer.check("send"); err != nil {
 		return err
 	}
-	if err := o.ReceiveBuffer.check("receive"); err != nil {
+	if err := n.ReceiveBuffer.check("receive"); err != nil {
 		return err
 	}
-	sack := tcpip.TCPSACKEnabled(o.SACK)
-	cc := tcpip.CongestionControlOption(o.CongestionControl)
+	sack := tcpip.TCPSACKEnabled(!n.NoSACK)
+	cc := tcpip.CongestionControlOption(n.CongestionControl)
 	recovery := tcpip.TCPRecovery(0)
-	if o.RACK {
+	if !n.NoRACK {
 		recovery = tcpip.TCPRACKLossDetection
 	}
-	moderate := tcpip.TCPModerateReceiveBufferOption(o.ModerateReceiveBuffer)
-	delay := tcpip.TCPDelayEnabled(o.Nagle)
-	snd := tcpip.TCPSendBufferSizeRangeOption{Min: o.SendBuffer.Min, Default: o.SendBuffer.Default, Max: o.SendBuffer.Max}
-	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: o.ReceiveBuffer.Min, Default: o.ReceiveBuffer.Default, Max: o.ReceiveBuffer.Max}
-	minRTO := tcpip.TCPMinRTOOption(o.MinRTO)
+	moderate := tcpip.TCPModerateReceiveBufferOption(!n.FixedReceiveBuffer)
+	delay := tcpip.TCPDelayEnabled(n.Nagle)
+	snd := tcpip.TCPSendBufferSizeRangeOption{Min: n.SendBuffer.Min, Default: n.SendBuffer.Default, Max: n.SendBuffer.Max}
+	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: n.ReceiveBuffer.Min, Default: n.ReceiveBuffer.Default, Max: n.ReceiveBuffer.Max}
+	minRTO := tcpip.TCPMinRTOOption(n.MinRTO)
+	maxRTO := tcpip.TCPMaxRTOOption(n.MaxRTO)
 	for _, opt := range []tcpip.SettableTransportProtocolOption{&sack, &cc, &recovery, &moderate, &delay, &minRTO, &maxRTO, &snd, &rcv} {
 		if err := set(opt); err != nil {
 			return fmt.Errorf("set TCP option %T: %s", opt, err)

@@ -52,7 +52,7 @@ func (s *Stack) listenPing(network, host string, v6 bool) (*pingConn, error) {
 	}
 	if terr := c.ep.Bind(fullAddress(netip.AddrPortFrom(a, 0))); terr != nil {
 		c.Close()
-		return nil, &net.OpError{Op: "listen", Net: network, Addr: &net.IPAddr{IP: a.AsSlice()}, Err: netError(terr)}
+		return nil, &net.OpError{Op: "listen", Net: network, Addr: &net.IPAddr{IP: a.AsSlice()}, Err: TranslateError(terr)}
 	}
 	return c, nil
 }
@@ -74,7 +74,7 @@ func (s *Stack) dialPing(ctx context.Context, network, host string, v6 bool) (*p
 	}
 	if terr := c.ep.Connect(tcpip.FullAddress{Addr: toTCPIP(addrs[0])}); terr != nil {
 		c.Close()
-		return nil, &net.OpError{Op: "dial", Net: network, Addr: dst, Err: netError(terr)}
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: dst, Err: TranslateError(terr)}
 	}
 	c.raddr = dst
 	return c, nil
@@ -91,7 +91,7 @@ func (s *Stack) newPing(network string, v6 bool) (*pingConn, error) {
 	c := &pingConn{network: network, v6: v6, wq: new(waiter.Queue), done: make(chan struct{})}
 	ep, terr := s.s.NewEndpoint(proto, netProto, c.wq)
 	if terr != nil {
-		return nil, netError(terr)
+		return nil, TranslateError(terr)
 	}
 	c.ep = ep
 	return c, nil
@@ -176,7 +176,7 @@ func (c *pingConn) ReadFrom(b []byte) (int, net.Addr, error) {
 				if c.check(&c.rd) == net.ErrClosed {
 					return 0, nil, c.opError("read", nil, net.ErrClosed)
 				}
-				return 0, nil, c.opError("read", nil, netError(terr))
+				return 0, nil, c.opError("read", nil, TranslateError(terr))
 			}
 			return res.Count, &net.IPAddr{IP: res.RemoteAddr.Addr.AsSlice()}, nil
 		}
@@ -230,7 +230,7 @@ func (c *pingConn) write(b []byte, to *tcpip.FullAddress, addr net.Addr) (int, e
 		n, terr := c.ep.Write(bytes.NewReader(b), tcpip.WriteOptions{To: to})
 		if _, block := terr.(*tcpip.ErrWouldBlock); !block {
 			if terr != nil {
-				return int(n), c.opError("write", addr, netError(terr))
+				return int(n), c.opError("write", addr, TranslateError(terr))
 			}
 			return int(n), nil
 		}

@@ -200,7 +200,7 @@ func connError(op, network string, err tcpip.Error, local, remote net.Addr) erro
 	if _, eof := err.(*tcpip.ErrClosedForReceive); eof && op == "read" {
 		return io.EOF
 	}
-	return &net.OpError{Op: op, Net: network, Source: local, Addr: remote, Err: netError(err)}
+	return &net.OpError{Op: op, Net: network, Source: local, Addr: remote, Err: TranslateError(err)}
 }
 
 // tcpConn is a gonet TCP conn with busy-polling reads (gate, nil when off)
@@ -610,7 +610,7 @@ func (l *tcpListener) Accept() (net.Conn, error) {
 			return nil, l.acceptError(net.ErrClosed)
 		default:
 		}
-		return nil, l.acceptError(netError(terr))
+		return nil, l.acceptError(TranslateError(terr))
 	}
 	return newTCPConn(wq, n, l.p, l.cached), nil
 }

@@ -59,10 +59,11 @@ func New(opts *Options) (*Stack, error) {
 	if opts != nil {
 		o = *opts
 	}
-	tcpOpts := DefaultTCPOptions()
+	var tcpOpts TCPOptions
 	if o.TCP != nil {
 		tcpOpts = *o.TCP
 	}
+	tcpOpts = tcpOpts.normalized()
 	s := gstack.New(gstack.Options{
 		NetworkProtocols:   []gstack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol, arp.NewProtocol},
 		TransportProtocols: []gstack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
@@ -91,9 +92,6 @@ func New(opts *Options) (*Stack, error) {
 	}
 	if o.UDPWait == 0 {
 		o.UDPWait = DefaultUDPWait
-	}
-	if tcpOpts.DelayedACK == 0 {
-		tcpOpts.DelayedACK = DefaultDelayedACK
 	}
 	st := &Stack{s: s, routing: o.Routing, udpRecvErr: o.UDPRecvErr, udpWait: o.UDPWait, poller: p, cache: o.Cache.On(), delayedACK: tcpOpts.DelayedACK}
 	st.dns = newResolver(st, o.DNS)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/nettest"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/mem"
@@ -415,4 +417,64 @@ func TestDelayedACKRequestResponse(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTCPOptionsZeroMeansDefault: a zero field of TCPOptions is its
+// default, field by field, read back from gVisor; the expected values are
+// written here, not taken from DefaultTCPOptions.
+func TestTCPOptionsZeroMeansDefault(t *testing.T) {
+	type want struct {
+		sack, rack, moderate bool
+		cc                   string
+		minRTO, maxRTO       time.Duration
+		snd, rcv             tcpip.TCPSendBufferSizeRangeOption
+	}
+	def := want{sack: true, rack: true, moderate: true, cc: "cubic", minRTO: 200 * time.Millisecond, maxRTO: 120 * time.Second,
+		snd: tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 8 << 20},
+		rcv: tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 8 << 20}}
+	for _, tc := range []struct {
+		name string
+		opts *stack.TCPOptions
+		edit func(*want)
+	}{
+		{"nil", nil, func(*want) {}},
+		{"zero", &stack.TCPOptions{}, func(*want) {}},
+		{"MinRTO alone", &stack.TCPOptions{MinRTO: 50 * time.Millisecond}, func(w *want) { w.minRTO = 50 * time.Millisecond }},
+		{"MaxRTO alone", &stack.TCPOptions{MaxRTO: time.Second}, func(w *want) { w.maxRTO = time.Second }},
+		{"reno", &stack.TCPOptions{CongestionControl: "reno"}, func(w *want) { w.cc = "reno" }},
+		{"off switches", &stack.TCPOptions{NoSACK: true, NoRACK: true, FixedReceiveBuffer: true}, func(w *want) { w.sack, w.rack, w.moderate = false, false, false }},
+		{"receive max below the default", &stack.TCPOptions{ReceiveBuffer: stack.BufferRange{Max: 64 << 10}}, func(w *want) { w.rcv.Default, w.rcv.Max = 64<<10, 64<<10 }},
+		{"send default above the max", &stack.TCPOptions{SendBuffer: stack.BufferRange{Default: 16 << 20}}, func(w *want) { w.snd.Default, w.snd.Max = 16<<20, 16<<20 }},
+		{"send min alone", &stack.TCPOptions{SendBuffer: stack.BufferRange{Min: 8192}}, func(w *want) { w.snd.Min = 8192 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := stack.New(&stack.Options{TCP: tc.opts})
+			require.NoError(t, err)
+			defer s.Close()
+			w := def
+			tc.edit(&w)
+			g := s.GVisor()
+			var sack tcpip.TCPSACKEnabled
+			var cc tcpip.CongestionControlOption
+			var rec tcpip.TCPRecovery
+			var mod tcpip.TCPModerateReceiveBufferOption
+			var minRTO tcpip.TCPMinRTOOption
+			var maxRTO tcpip.TCPMaxRTOOption
+			var snd tcpip.TCPSendBufferSizeRangeOption
+			var rcv tcpip.TCPReceiveBufferSizeRangeOption
+			for _, o := range []tcpip.GettableTransportProtocolOption{&sack, &cc, &rec, &mod, &minRTO, &maxRTO, &snd, &rcv} {
+				require.Nil(t, g.TransportProtocolOption(tcp.ProtocolNumber, o), "%T", o)
+			}
+			require.Equal(t, w.sack, bool(sack), "SACK")
+			require.Equal(t, w.cc, string(cc), "congestion control")
+			require.Equal(t, w.rack, rec&tcpip.TCPRACKLossDetection != 0, "RACK")
+			require.Equal(t, w.moderate, bool(mod), "receive buffer moderation")
+			require.Equal(t, w.minRTO, time.Duration(minRTO), "minimum RTO")
+			require.Equal(t, w.maxRTO, time.Duration(maxRTO), "maximum RTO")
+			require.Equal(t, w.snd, snd, "send buffer")
+			require.Equal(t, w.rcv, tcpip.TCPSendBufferSizeRangeOption(rcv), "receive buffer")
+		})
+	}
+	_, err := stack.New(&stack.Options{TCP: &stack.TCPOptions{MinRTO: -time.Second}})
+	require.ErrorContains(t, err, "minimum RTO")
 }

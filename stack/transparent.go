@@ -2,7 +2,6 @@ package stack
 
 import (
 	"errors"
-	"net"
 	"sync/atomic"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -83,10 +82,9 @@ func (s *Stack) SetTransparentHandler(p tcpip.TransportProtocolNumber, h Transpa
 func (s *Stack) Transparent() bool { return s.transparent != nil }
 
 // NewTCPConn wraps a connected TCP endpoint made on this stack (by a
-// forwarder, say) in the net.Conn DialTCP returns, with the stack's busy
-// polling and buffer cache; it has CloseRead and CloseWrite. The conn owns
-// ep from here on.
-func (s *Stack) NewTCPConn(wq *waiter.Queue, ep tcpip.Endpoint) net.Conn {
+// forwarder, say) in the conn DialTCP returns, with the stack's busy
+// polling and buffer cache. The conn owns ep from here on.
+func (s *Stack) NewTCPConn(wq *waiter.Queue, ep tcpip.Endpoint) TCPConn {
 	if s.poller.Enabled() || s.cache {
 		return newTCPConn(wq, ep, s.poller, s.cache)
 	}
