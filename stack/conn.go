@@ -69,16 +69,29 @@ var (
 // DialTCP connects to addr. Errors are *net.OpError, their Err translated
 // by TranslateError.
 func (s *Stack) DialTCP(ctx context.Context, addr netip.AddrPort) (TCPConn, error) {
+	wq, ep, err := s.ConnectTCP(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return s.NewTCPConn(wq, ep), nil
+}
+
+// ConnectTCP connects a new TCP endpoint of the stack to addr, as DialTCP
+// does, and returns the connected endpoint and its waiter queue rather
+// than a conn: for code that drives the endpoint itself (package forward
+// splices it into host sockets) and makes a conn of it only if it needs
+// one (NewTCPConn). The caller owns ep. Errors are DialTCP's.
+func (s *Stack) ConnectTCP(ctx context.Context, addr netip.AddrPort) (*waiter.Queue, tcpip.Endpoint, error) {
 	if !addr.IsValid() || addr.Addr().Unmap().IsUnspecified() || addr.Port() == 0 {
-		return nil, opError("dial", "tcp", addr, errors.New("need a specified address and a non-zero port"))
+		return nil, nil, opError("dial", "tcp", addr, errors.New("need a specified address and a non-zero port"))
 	}
 	if err := s.live(); err != nil {
-		return nil, opError("dial", "tcp", addr, err)
+		return nil, nil, opError("dial", "tcp", addr, err)
 	}
-	var wq waiter.Queue
-	ep, terr := s.s.NewEndpoint(tcp.ProtocolNumber, protocolOf(addr.Addr()), &wq)
+	wq := new(waiter.Queue)
+	ep, terr := s.s.NewEndpoint(tcp.ProtocolNumber, protocolOf(addr.Addr()), wq)
 	if terr != nil {
-		return nil, opError("dial", "tcp", addr, TranslateError(terr))
+		return nil, nil, opError("dial", "tcp", addr, TranslateError(terr))
 	}
 	entry, ready := waiter.NewChannelEntry(waiter.WritableEvents)
 	wq.EventRegister(&entry)
@@ -88,19 +101,16 @@ func (s *Stack) DialTCP(ctx context.Context, addr netip.AddrPort) (TCPConn, erro
 		select {
 		case <-ctx.Done():
 			ep.Close()
-			return nil, opError("dial", "tcp", addr, ctx.Err())
+			return nil, nil, opError("dial", "tcp", addr, ctx.Err())
 		case <-ready:
 		}
 		terr = ep.LastError()
 	}
 	if terr != nil {
 		ep.Close()
-		return nil, opError("dial", "tcp", addr, TranslateError(terr))
+		return nil, nil, opError("dial", "tcp", addr, TranslateError(terr))
 	}
-	if s.poller.Enabled() || s.cache {
-		return newTCPConn(&wq, ep, s.poller, s.cache), nil
-	}
-	return gonet.NewTCPConn(&wq, ep), nil
+	return wq, ep, nil
 }
 
 // ListenTCP listens on addr; an unspecified address listens on all of the

@@ -14,6 +14,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/ustack-dev/ustack/internal/deadline"
 )
 
 // parseICMPNetwork recognises "ip4:..." and "ip6:..." networks. ok says
@@ -107,7 +109,7 @@ type pingConn struct {
 	v6      bool
 	raddr   *net.IPAddr // the peer of a dialed conn; nil if listening
 
-	rd, wd    deadline
+	rd, wd    deadline.Deadline
 	done      chan struct{} // closed by Close
 	closeOnce sync.Once
 }
@@ -126,7 +128,7 @@ func (c *pingConn) opError(op string, addr net.Addr, err error) error {
 // the caller retries its operation after the first call without
 // waiting, so an event between its try and the registration is not
 // missed.
-func (c *pingConn) wait(entry *waiter.Entry, ready *chan struct{}, mask waiter.EventMask, d *deadline) error {
+func (c *pingConn) wait(entry *waiter.Entry, ready *chan struct{}, mask waiter.EventMask, d *deadline.Deadline) error {
 	if *ready == nil {
 		*entry, *ready = waiter.NewChannelEntry(mask)
 		c.wq.EventRegister(entry)
@@ -135,7 +137,7 @@ func (c *pingConn) wait(entry *waiter.Entry, ready *chan struct{}, mask waiter.E
 	select {
 	case <-*ready:
 		return nil
-	case <-d.passed():
+	case <-d.Done():
 		return os.ErrDeadlineExceeded
 	case <-c.done:
 		return net.ErrClosed
@@ -144,11 +146,11 @@ func (c *pingConn) wait(entry *waiter.Entry, ready *chan struct{}, mask waiter.E
 
 // check fails an operation before it starts on a closed conn or a passed
 // deadline, as Go's sockets do even when data is waiting.
-func (c *pingConn) check(d *deadline) error {
+func (c *pingConn) check(d *deadline.Deadline) error {
 	select {
 	case <-c.done:
 		return net.ErrClosed
-	case <-d.passed():
+	case <-d.Done():
 		return os.ErrDeadlineExceeded
 	default:
 		return nil
@@ -244,8 +246,8 @@ func (c *pingConn) write(b []byte, to *tcpip.FullAddress, addr net.Addr) (int, e
 func (c *pingConn) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.done)
-		c.rd.stop()
-		c.wd.stop()
+		c.rd.Stop()
+		c.wd.Stop()
 		c.ep.Close()
 	})
 	return nil
@@ -273,85 +275,19 @@ func (c *pingConn) RemoteAddr() net.Addr {
 
 // SetDeadline implements net.Conn.
 func (c *pingConn) SetDeadline(t time.Time) error {
-	c.rd.set(t)
-	c.wd.set(t)
+	c.rd.Set(t)
+	c.wd.Set(t)
 	return nil
 }
 
 // SetReadDeadline implements net.Conn.
 func (c *pingConn) SetReadDeadline(t time.Time) error {
-	c.rd.set(t)
+	c.rd.Set(t)
 	return nil
 }
 
 // SetWriteDeadline implements net.Conn.
 func (c *pingConn) SetWriteDeadline(t time.Time) error {
-	c.wd.set(t)
+	c.wd.Set(t)
 	return nil
-}
-
-// deadline is one direction's deadline as a channel that is closed when
-// it passes, so a waiting call selects on it. Setting a new deadline
-// replaces a passed one's channel; the zero value has none.
-type deadline struct {
-	mu     sync.Mutex // guards the fields below
-	c      chan struct{}
-	closed bool // c is closed
-	timer  *time.Timer
-	gen    uint64 // which set the timer belongs to
-}
-
-// passed returns the channel that is closed when the deadline passes.
-func (d *deadline) passed() <-chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.c == nil {
-		d.c = make(chan struct{})
-	}
-	return d.c
-}
-
-// set moves the deadline to t; a zero t means none.
-func (d *deadline) set(t time.Time) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.stopLocked()
-	if d.c == nil || d.closed {
-		d.c, d.closed = make(chan struct{}), false
-	}
-	if t.IsZero() {
-		return
-	}
-	until := time.Until(t)
-	if until <= 0 {
-		close(d.c)
-		d.closed = true
-		return
-	}
-	gen := d.gen
-	d.timer = time.AfterFunc(until, func() {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		// A set after this timer fired, before it took the lock, owns
-		// the channel now.
-		if d.gen == gen && !d.closed {
-			close(d.c)
-			d.closed = true
-		}
-	})
-}
-
-// stop cancels the timer, at Close.
-func (d *deadline) stop() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.stopLocked()
-}
-
-func (d *deadline) stopLocked() {
-	d.gen++
-	if d.timer != nil {
-		d.timer.Stop()
-		d.timer = nil
-	}
 }
