@@ -281,7 +281,7 @@ func (c Config) normalize() (Config, error) {
 		errs = append(errs, fmt.Errorf("sandbox: user namespace map %q: use self or auto", c.UsernsMap))
 	}
 	if c.Qdisc != "" && !sched.Known(c.Qdisc) {
-		errs = append(errs, fmt.Errorf("sandbox: qdisc %q: unknown; use one of %s", c.Qdisc, strings.Join(sched.Names(), ", ")))
+		errs = append(errs, fmt.Errorf("sandbox: %w", &sched.UnknownError{Name: c.Qdisc}))
 	}
 	// The sandbox, the gateway and the DNS address share the prefix, and
 	// none of them may be its network (or IPv4 broadcast) address.
@@ -336,6 +336,8 @@ func (c Config) normalize() (Config, error) {
 		if _, err := parseProxy(c.Proxy); err != nil {
 			errs = append(errs, err)
 		}
+	} else if c.ProxyUDPDirect {
+		errs = append(errs, errors.New("sandbox: UDP direct past a proxy, without a proxy: UDP always goes to host sockets then; set Proxy, or leave ProxyUDPDirect off"))
 	}
 	seen := map[PortForward]bool{}
 	for _, f := range c.PortForwards {

@@ -125,7 +125,7 @@ func (s *Sandbox) Confine() error {
 		return fmt.Errorf("sandbox: seccomp policy: %w", err)
 	}
 	if !seccomp.Supported() {
-		return fmt.Errorf("sandbox: this kernel has no seccomp filters (CONFIG_SECCOMP_FILTER): turn confinement off (-seccomp=false)")
+		return fmt.Errorf("sandbox: confine: this kernel has no seccomp filters (CONFIG_SECCOMP_FILTER): serve unconfined, or use a kernel built with them")
 	}
 	if err := seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: p}); err != nil {
 		return fmt.Errorf("sandbox: load the seccomp filter: %w", err)
@@ -168,7 +168,7 @@ func dropCapabilities() error {
 				continue
 			}
 			if _, _, e := psx.Syscall3(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); e != 0 {
-				return fmt.Errorf("sandbox: drop capability %d from the bounding set: %w (or turn confinement off with -seccomp=false)", c, os.NewSyscallError("prctl PR_CAPBSET_DROP", e))
+				return fmt.Errorf("sandbox: drop capability %d from the bounding set: %w (serve unconfined if this process may not)", c, os.NewSyscallError("prctl PR_CAPBSET_DROP", e))
 			}
 		}
 	}
@@ -178,7 +178,7 @@ func dropCapabilities() error {
 		data[0].Effective = 1 << keptCap
 	}
 	if _, _, e := psx.Syscall3(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
-		return fmt.Errorf("sandbox: drop capabilities: %w (or turn confinement off with -seccomp=false)", os.NewSyscallError("capset", e))
+		return fmt.Errorf("sandbox: drop capabilities: %w (serve unconfined if this process may not)", os.NewSyscallError("capset", e))
 	}
 	return nil
 }

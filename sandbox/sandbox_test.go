@@ -85,7 +85,7 @@ func TestCheck(t *testing.T) {
 		cfg  Config
 		msg  string
 	}{
-		{"qdisc", Config{Qdisc: "nope"}, `qdisc "nope": unknown; use one of`},
+		{"qdisc", Config{Qdisc: "nope"}, `unknown qdisc "nope": valid names are`},
 		{"queues", Config{Queues: 1000}, "1000 TUN queues: must be from 1 to 256"},
 		{"negative queues", Config{Queues: -1}, "-1 TUN queues"},
 		{"device long", Config{Device: "a-name-far-too-long"}, `device name "a-name-far-too-long": want 1 to 15 characters`},

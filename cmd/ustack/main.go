@@ -35,6 +35,7 @@ func main() {
 	// First: in the helper that starts a sandbox's command, this becomes
 	// the command and never returns.
 	sandbox.Init()
+	asCommand = true
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -53,16 +53,15 @@ func TestBadFlagsExit2WithChoices(t *testing.T) {
 		{[]string{"tun", "-p", "80", "--", "true"}, "-p"},
 		{[]string{"tun", "-deny", "nope", "--", "true"}, "-deny"},
 		{[]string{"tun", "-qdisc", "red", "--", "true"}, "valid names"},
-		{[]string{"tun", "-max-tcp", "0", "--", "true"}, "-max-tcp"},
 		{[]string{"tun", "-dns-upstream", "x:y", "--", "true"}, "-dns-upstream"},
-		{[]string{"tun", "-proxy", "socks4://127.0.0.1:1080", "--", "true"}, "-proxy: proxy URL socks4://127.0.0.1:1080: scheme \"socks4\" not supported: use socks5:// or http://; want socks5://[user:pass@]HOST:PORT or http://"},
-		{[]string{"tun", "-proxy", "socks5://127.0.0.1", "--", "true"}, "-proxy: proxy URL socks5://127.0.0.1: want HOST:PORT"},
-		{[]string{"tun", "-proxy", "http://u:pw@h:x", "--", "true"}, "-proxy: proxy URL: invalid port"},
+		{[]string{"tun", "-proxy", "socks4://127.0.0.1:1080", "--", "true"}, "proxy URL socks4://127.0.0.1:1080: scheme \"socks4\" not supported: use socks5:// or http://; want socks5://[user:pass@]HOST:PORT or http://"},
+		{[]string{"tun", "-proxy", "socks5://127.0.0.1", "--", "true"}, "proxy URL socks5://127.0.0.1: want HOST:PORT"},
+		{[]string{"tun", "-proxy", "http://u:pw@h:x", "--", "true"}, "proxy URL: invalid port"},
 		{[]string{"tun", "-proxy", "socks5://127.0.0.1:1080", "-proxy-udp", "maybe", "--", "true"}, `-proxy-udp "maybe": want refuse or direct`},
-		{[]string{"tun", "-proxy-udp", "direct", "--", "true"}, "-proxy-udp: only with -proxy"},
+		{[]string{"tun", "-proxy-udp", "direct", "--", "true"}, "UDP direct past a proxy, without a proxy"},
 		{[]string{"tun", "-procs", "-1", "--", "true"}, "-procs -1: want a count of CPUs"},
-		{[]string{"tun", "-mtu", "100", "--", "true"}, "-mtu 100: must be from 1280 to 65520"},
-		{[]string{"tun", "-mtu", "65535", "--", "true"}, "-mtu 65535: must be from 1280 to 65520"},
+		{[]string{"tun", "-mtu", "100", "--", "true"}, "MTU 100: must be from 1280 to 65520"},
+		{[]string{"tun", "-mtu", "65535", "--", "true"}, "MTU 65535: must be from 1280 to 65520"},
 		{[]string{"serve", "-link", "tun:x", "-addr", "198.18.0.2/24", "-mtu", "100"}, "-mtu 100: must be from 1280 to 65520"},
 		{[]string{"serve", "-link", "tun:x", "-addr", "198.18.0.2/24", "-mtu", "65521"}, "-mtu 65521: must be from 1280 to 65520"},
 		{[]string{"serve"}, "-link is required"},
@@ -246,6 +245,6 @@ func TestTunProxyURLHidesPassword(t *testing.T) {
 	code, out, errs := runCmd("tun", "-proxy", "socks5://bob:s3cret@127.0.0.1:x", "--", "true")
 	require.Equal(t, 2, code)
 	require.Empty(t, out)
-	require.Contains(t, errs, "-proxy: ")
+	require.Contains(t, errs, "proxy URL")
 	require.NotContains(t, errs, "s3cret")
 }

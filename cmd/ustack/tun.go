@@ -31,10 +31,56 @@ func (l *listFlag) Set(s string) error {
 	return nil
 }
 
+// sandboxRun is one run of the sandbox as a command: the sandbox's
+// configuration and what the command does around it. Every front end
+// (ustack tun, and the slirp4netns and pasta command lines) parses its
+// command line into one and calls run: the front ends only parse.
+type sandboxRun struct {
+	name string // the command's name in messages: "ustack tun", ...
+	cfg  sandbox.Config
+	// args is CMD [ARGS...] to run in the sandbox; none: serve until a
+	// signal or exitFD.
+	args []string
+	// readyFD gets "1" and is closed once the sandbox's network is up;
+	// exitFD ends the run once readable or closed (slirp4netns's -r and
+	// -e). -1: none.
+	readyFD, exitFD int
+	// apiSocket serves slirp4netns's API; metrics Prometheus metrics;
+	// stats prints the relay's counters at the end.
+	apiSocket, metrics string
+	stats              bool
+	// confine confines the relay once serving (Sandbox.Confine);
+	// confineOff says how to turn that off, for messages.
+	confine    bool
+	confineOff string
+	// procs is GOMAXPROCS (0: Go's default), unless $GOMAXPROCS is set
+	// and procsSet is not.
+	procs    int
+	procsSet bool
+	// cpuProfile and traceFile profile the run ("": none).
+	cpuProfile, traceFile string
+	// sysmonTick runs the relay with the runtime's monitor on its slow
+	// tick (execWithSysmonTick).
+	sysmonTick bool
+}
+
 func tunMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	r, status, ok := parseTun(args, stderr)
+	if !ok {
+		return status
+	}
+	return r.run(stdin, stdout, stderr)
+}
+
+// parseTun parses ustack tun's command line. When it reports !ok the
+// command returns status at once (0 after -h, 2 for a bad command line,
+// which it has reported). What the flags say about the sandbox is checked
+// by Config.Check alone; parseTun checks only what is not the sandbox's.
+func parseTun(args []string, stderr io.Writer) (r sandboxRun, status int, ok bool) {
 	fs := flag.NewFlagSet("ustack tun", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	d := sandbox.Config{}
+	r = sandboxRun{name: "ustack tun", confineOff: "-seccomp=false"}
+	d := &r.cfg
 	var allow, deny, fwds listFlag
 	var (
 		nsPath     = fs.String("netns", "", "serve an existing network namespace (e.g. /var/run/netns/NAME) instead of creating one")
@@ -63,22 +109,22 @@ func tunMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		proxyUDP   = fs.String("proxy-udp", "refuse", "UDP with -proxy, which carries none: refuse (counted as unsupported; the safe choice when all traffic must leave through the proxy; DNS queries still go over TCP through it) or direct (to host sockets, outside the proxy)")
 		resolv     = fs.Bool("resolv-conf", true, "give CMD a private /etc/resolv.conf naming the DNS address")
 		hostLoop   = fs.Bool("allow-host-loopback", false, "let the sandbox reach the host's loopback (127.0.0.1, ::1) through the gateway address")
-		maxFlows   = fs.Int("max-flows", sandbox.DefaultMaxFlows, "most flows at once, all protocols (-1: no limit)")
-		maxTCP     = fs.Int("max-tcp", sandbox.DefaultMaxTCP, "most TCP connections at once (-1: no limit)")
-		maxUDP     = fs.Int("max-udp", sandbox.DefaultMaxUDP, "most UDP mappings at once (-1: no limit)")
-		maxHalf    = fs.Int("max-half-open", sandbox.DefaultMaxHalfOpen, "most TCP connections waiting for their host-side connect")
+		maxFlows   = fs.Int("max-flows", sandbox.DefaultMaxFlows, "most flows at once, all protocols (-1: no limit; 0: the default)")
+		maxTCP     = fs.Int("max-tcp", sandbox.DefaultMaxTCP, "most TCP connections at once (-1: no limit; 0: the default)")
+		maxUDP     = fs.Int("max-udp", sandbox.DefaultMaxUDP, "most UDP mappings at once (-1: no limit; 0: the default)")
+		maxHalf    = fs.Int("max-half-open", sandbox.DefaultMaxHalfOpen, "most TCP connections waiting for their host-side connect (-1: no limit; 0: the default)")
 		tcpBuf     = fs.Int("tcp-buffer", sandbox.DefaultTCPBuffer, "most bytes gVisor buffers per direction of one TCP flow")
 		udpIdle    = fs.Duration("udp-timeout", sandbox.DefaultUDPIdleTimeout, "a UDP mapping ends after this long without traffic")
 		connTO     = fs.Duration("connect-timeout", sandbox.DefaultConnectTimeout, "limit on a host-side TCP connect")
 		metricsAt  = fs.String("metrics", "", "serve Prometheus metrics on this host address, e.g. 127.0.0.1:9100")
 		printStats = fs.Bool("stats", false, "print the relay's counters on exit")
-		procs      = fs.Int("procs", 1, "CPUs ustack runs its relay on at once (GOMAXPROCS); 0: Go's default (every CPU, or $GOMAXPROCS). 1, as slirp4netns and pasta are single-threaded, spares the Go scheduler's cross-CPU thread wake-ups: on 2 cores iperf3 through the sandbox ran 1.24x faster than with 2, at the same latency")
+		procs      = fs.Int("procs", 1, "CPUs ustack runs its relay on at once (GOMAXPROCS); 0: Go's default (every CPU, or $GOMAXPROCS). 1, as slirp4netns and pasta are single-threaded, spares the Go scheduler's cross-CPU thread wake-ups (docs/results.md measures it)")
 		cpuProfile = fs.String("cpuprofile", "", "write a CPU profile of ustack (not of CMD) to this file")
 		traceFile  = fs.String("trace", "", "write an execution trace of ustack (go tool trace) to this file")
-		sysmonTick = fs.Bool("sysmon-tick", true, "keep the Go runtime's monitor thread on its slow tick while ustack is idle, instead of asleep until the next system call wakes it (ustack executes itself again with GODEBUG="+sysmonTickSetting+"; on a machine up more than 24.8 days the runtime writes one scheduler trace line to stderr at start): a relay idle between every request and its answer spares a thread wake-up per message; tun-rr latency 0.78x")
+		sysmonTick = fs.Bool("sysmon-tick", true, "keep the Go runtime's monitor thread on its slow tick while ustack is idle, instead of asleep until the next system call wakes it (ustack executes itself again with GODEBUG="+sysmonTickSetting+"; on a machine up more than 24.8 days the runtime writes one scheduler trace line to stderr at start): a relay idle between every request and its answer spares a thread wake-up per message (docs/results.md measures it)")
 	)
 	fs.Var(&allow, "allow", "CIDR the sandbox may reach; repeatable; with any, nothing else is reachable")
-	fs.Var(&deny, "deny", "CIDR the sandbox may not reach; repeatable; wins over -allow")
+	fs.Var(&deny, "deny", "CIDR the sandbox may not reach; repeatable; wins over -allow and -allow-host-loopback")
 	fs.Var(&fwds, "p", "port forward [HOSTIP:]HOSTPORT:PORT[/udp] from the host into the sandbox (HOSTIP defaults to 127.0.0.1); repeatable")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: ustack tun [flags] -- CMD [ARGS...]
@@ -94,13 +140,13 @@ Flags:
 		fs.PrintDefaults()
 	}
 	if status, ok := parseFlags(fs, args); !ok {
-		return status
+		return r, status, false
 	}
-	usage := func(format string, a ...any) int {
+	usage := func(format string, a ...any) (sandboxRun, int, bool) {
 		fmt.Fprintf(stderr, "ustack tun: "+format+"\n", a...)
-		return 2
+		return r, 2, false
 	}
-	cmdArgs := fs.Args()
+	r.args = fs.Args()
 	switch {
 	case *nsPath != "" && *pid != 0:
 		return usage("give -netns or -pid, not both")
@@ -109,15 +155,11 @@ Flags:
 	case *pid > 0:
 		*nsPath = fmt.Sprintf("/proc/%d/ns/net", *pid)
 	}
-	if *nsPath == "" && len(cmdArgs) == 0 {
+	if *nsPath == "" && len(r.args) == 0 {
 		return usage("nothing to run: give -- CMD [ARGS...], or -netns PATH or -pid PID to serve a namespace")
 	}
 	if *procs < 0 {
 		return usage("-procs %d: want a count of CPUs, or 0 for Go's default", *procs)
-	}
-	if *procs > 0 && (setFlag(fs, "procs") || os.Getenv("GOMAXPROCS") == "") {
-		// An explicit $GOMAXPROCS wins over the default, not over the flag.
-		runtime.GOMAXPROCS(*procs)
 	}
 	var err error
 	parse := func(name, v string, bits int) netip.Prefix {
@@ -178,17 +220,6 @@ Flags:
 		}
 		d.DNSUpstream = ap
 	}
-	if *proxyURL != "" {
-		// Checked here, before anything is created, to name the flag.
-		d.Proxy = *proxyURL
-		if err := (sandbox.Config{Proxy: d.Proxy}).Check(); err != nil {
-			return usage("-proxy: %v", strings.TrimPrefix(err.Error(), "sandbox: "))
-		}
-	}
-	proxyUDPSet := setFlag(fs, "proxy-udp")
-	if proxyUDPSet && *proxyURL == "" {
-		return usage("-proxy-udp: only with -proxy (without a proxy, UDP always goes to host sockets)")
-	}
 	switch *proxyUDP {
 	case "refuse":
 	case "direct":
@@ -196,45 +227,40 @@ Flags:
 	default:
 		return usage("-proxy-udp %q: want refuse or direct", *proxyUDP)
 	}
-	if !sched.Known(*qdisc) {
-		return usage("%v", &sched.UnknownError{Name: *qdisc})
-	}
 	if d.BusyPoll, err = poll.Parse(*busyPoll); err != nil {
 		return usage("-busypoll: %v", err)
 	}
-	for _, l := range []struct {
-		name string
-		v    int
-	}{{"-max-flows", *maxFlows}, {"-max-tcp", *maxTCP}, {"-max-udp", *maxUDP}, {"-max-half-open", *maxHalf}} {
-		if l.v == 0 || l.v < -1 {
-			return usage("%s %d: want a positive limit, or -1 for none", l.name, l.v)
-		}
-	}
-	if *maxHalf < 1 {
-		return usage("-max-half-open %d: must be at least 1", *maxHalf)
-	}
-	if *udpIdle <= 0 || *connTO <= 0 {
-		return usage("-udp-timeout and -connect-timeout must be positive")
-	}
-	if *queues < 1 {
-		return usage("-queues %d: must be at least 1", *queues)
-	}
-	if err := checkMTU(*mtu); err != nil {
-		return usage("%v", err)
-	}
 	d.NetNS, d.Device, d.NoIPv6, d.MTU, d.NoOffload, d.Queues, d.Qdisc = *nsPath, *device, *noIPv6, uint32(*mtu), !*offload, *queues, *qdisc
-	d.ResolvConf, d.AllowHostLoopback = *resolv, *hostLoop
+	d.ResolvConf, d.AllowHostLoopback, d.Proxy = *resolv, *hostLoop, *proxyURL
 	d.UserNS, d.UsernsMap = *userns, *usernsMap
 	d.MaxFlows, d.MaxTCP, d.MaxUDP, d.MaxHalfOpen, d.TCPBuffer = *maxFlows, *maxTCP, *maxUDP, *maxHalf, *tcpBuf
 	d.UDPIdleTimeout, d.ConnectTimeout = *udpIdle, *connTO
 	if err := d.Check(); err != nil {
 		return usage("%v", err)
 	}
-	if *sysmonTick {
-		// Before anything is created: the flags were checked, and
-		// the command line is parsed again after the exec.
+	r.readyFD, r.exitFD, r.apiSocket, r.metrics, r.stats = *readyFD, *exitFD, *apiSocket, *metricsAt, *printStats
+	r.confine, r.procs, r.procsSet = *confine, *procs, setFlag(fs, "procs")
+	r.cpuProfile, r.traceFile, r.sysmonTick = *cpuProfile, *traceFile, *sysmonTick
+	return r, 0, true
+}
+
+// run runs the sandbox: builds it, serves it (running CMD in it, if
+// given), and returns the exit status: CMD's, or 0 once told to stop, or
+// 1 if the sandbox failed.
+func (r *sandboxRun) run(stdin io.Reader, stdout, stderr io.Writer) int {
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, r.name+": "+format+"\n", a...)
+		return 1
+	}
+	if r.procs > 0 && (r.procsSet || os.Getenv("GOMAXPROCS") == "") {
+		// An explicit $GOMAXPROCS wins over the default, not over the flag.
+		runtime.GOMAXPROCS(r.procs)
+	}
+	if r.sysmonTick {
+		// Before anything is created: the command line was checked,
+		// and is parsed again after the exec.
 		if err := execWithSysmonTick(); err != nil {
-			fmt.Fprintf(stderr, "ustack tun: -sysmon-tick: execute again: %v\n", err)
+			fmt.Fprintf(stderr, "%s: the runtime monitor's slow tick: execute again: %v\n", r.name, err)
 		}
 	}
 
@@ -245,55 +271,49 @@ Flags:
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
-	stopProfiles, err := startProfiles(*cpuProfile, *traceFile)
+	stopProfiles, err := startProfiles(r.cpuProfile, r.traceFile)
 	if err != nil {
-		fmt.Fprintf(stderr, "ustack tun: %v\n", err)
-		return 1
+		return fail("%v", err)
 	}
 	defer stopProfiles()
-	sb, err := sandbox.New(&d)
+	sb, err := sandbox.New(&r.cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "ustack tun: %v\n", err)
-		return 1
+		return fail("%v", err)
 	}
 	for _, w := range sb.Warnings() {
-		fmt.Fprintf(stderr, "ustack tun: %s\n", w)
+		fmt.Fprintf(stderr, "%s: %s\n", r.name, w)
 	}
-	status := 0
 	defer func() {
 		if err := sb.Close(); err != nil {
-			fmt.Fprintf(stderr, "ustack tun: close: %v\n", err)
+			fmt.Fprintf(stderr, "%s: close: %v\n", r.name, err)
 		}
-		if *printStats {
-			writeTunStats(stderr, sb.Stats())
+		if r.stats {
+			writeTunStats(stderr, r.name, sb.Stats())
 		}
 	}()
-	if *metricsAt != "" {
-		m, err := metrics.Serve(*metricsAt, metrics.NewFunc(sb.Metrics()), metrics.NewStack(sb.Stack()))
+	if r.metrics != "" {
+		m, err := metrics.Serve(r.metrics, metrics.NewFunc(sb.Metrics()), metrics.NewStack(sb.Stack()))
 		if err != nil {
-			fmt.Fprintf(stderr, "ustack tun: %v\n", err)
-			return 1
+			return fail("%v", err)
 		}
 		defer m.Close()
 	}
-	if *apiSocket != "" {
-		if err := sb.ServeAPI(*apiSocket); err != nil {
-			fmt.Fprintf(stderr, "ustack tun: -api-socket: %v\n", err)
-			return 1
+	if r.apiSocket != "" {
+		if err := sb.ServeAPI(r.apiSocket); err != nil {
+			return fail("API socket: %v", err)
 		}
 	}
-	// -exit-fd is a contract between processes (a supervisor's lifetime
-	// is the fd's), so it lives here and not in package sandbox: a
-	// program embedding the sandbox owns it and calls Close.
-	exitc := make(chan os.Signal, 1) // SIGTERM, when -exit-fd fires
-	if *exitFD >= 0 {
+	// The exit descriptor is a contract between processes (a supervisor's
+	// lifetime is the descriptor's), so it lives here and not in package
+	// sandbox: a program embedding the sandbox owns it and calls Close.
+	exitc := make(chan os.Signal, 1) // SIGTERM, when the exit descriptor fires
+	if r.exitFD >= 0 {
 		// Non-blocking, so that the runtime's poller waits for it and
-		// closing f when tunMain returns ends the reader.
-		if err := syscall.SetNonblock(*exitFD, true); err != nil {
-			fmt.Fprintf(stderr, "ustack tun: -exit-fd %d: %v: give an open descriptor, such as a pipe's read end\n", *exitFD, err)
-			return 1
+		// closing f when run returns ends the reader.
+		if err := syscall.SetNonblock(r.exitFD, true); err != nil {
+			return fail("exit descriptor %d: %v: give an open descriptor, such as a pipe's read end", r.exitFD, err)
 		}
-		f := os.NewFile(uintptr(*exitFD), "exit-fd")
+		f := os.NewFile(uintptr(r.exitFD), "exit-fd")
 		done := make(chan struct{})
 		defer func() {
 			f.Close()
@@ -302,42 +322,41 @@ Flags:
 		go func() {
 			defer close(done)
 			if _, err := f.Read(make([]byte, 1)); errors.Is(err, os.ErrClosed) {
-				return // tunMain is returning
+				return // run is returning
 			}
 			exitc <- syscall.SIGTERM
 		}()
 	}
-	if *readyFD >= 0 {
-		f := os.NewFile(uintptr(*readyFD), "ready-fd")
+	if r.readyFD >= 0 {
+		f := os.NewFile(uintptr(r.readyFD), "ready-fd")
 		_, err := f.Write([]byte("1"))
 		f.Close()
 		if err != nil {
-			fmt.Fprintf(stderr, "ustack tun: -ready-fd %d: %v\n", *readyFD, err)
-			return 1
+			return fail("ready descriptor %d: %v", r.readyFD, err)
 		}
 	}
 	doConfine := func() bool {
-		if !*confine {
+		if !r.confine {
 			return true
 		}
 		if err := sb.Confine(); err != nil {
-			fmt.Fprintf(stderr, "ustack tun: %v (or turn confinement off with -seccomp=false)\n", err)
+			fmt.Fprintf(stderr, "%s: %v (or turn confinement off: %s)\n", r.name, err, r.confineOff)
 			return false
 		}
 		return true
 	}
-	if len(cmdArgs) == 0 {
+	if len(r.args) == 0 {
 		if !doConfine() {
 			return 1
 		}
-		fmt.Fprintf(stderr, "ustack tun: serving %s on %s (%v, gateway %v, DNS %v)\n", d.NetNS, sb.Device(), sb.Config().Addr4, sb.Config().Gateway4, sb.Config().DNS4)
+		fmt.Fprintf(stderr, "%s: serving %s on %s (%v, gateway %v, DNS %v)\n", r.name, r.cfg.NetNS, sb.Device(), sb.Config().Addr4, sb.Config().Gateway4, sb.Config().DNS4)
 		select {
 		case <-sigs:
 		case <-exitc:
 		}
 		return 0
 	}
-	cmd := exec.Command(cmdArgs[0], cmdArgs[1:]...)
+	cmd := exec.Command(r.args[0], r.args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 	done := make(chan struct{})
 	var proc *os.Process
@@ -380,25 +399,25 @@ Flags:
 	var exit *exec.ExitError
 	switch {
 	case err == nil:
+		return 0
 	case errors.As(err, &exit):
 		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			status = 128 + int(ws.Signal())
-		} else {
-			status = exit.ExitCode()
+			return 128 + int(ws.Signal())
 		}
+		return exit.ExitCode()
 	default:
-		fmt.Fprintf(stderr, "ustack tun: %s: %v\n", cmdArgs[0], err)
-		status = 127
+		fmt.Fprintf(stderr, "%s: %s: %v\n", r.name, r.args[0], err)
+		return 127
 	}
-	return status
 }
 
-// writeTunStats prints the relay's counters, one per line.
-func writeTunStats(w io.Writer, st sandbox.Stats) {
-	fmt.Fprintf(w, "ustack tun: tcp flows %d (now %d), udp mappings %d (now %d), dns queries %d, forwards %d (failed %d)\n",
-		st.TCPOpened, st.TCPFlows, st.UDPOpened, st.UDPFlows, st.DNSQueries, st.PortForwardConns, st.PortForwardFailed)
-	fmt.Fprintf(w, "ustack tun: tcp bytes up %d down %d, udp datagrams up %d down %d (dropped %d), pings up %d down %d, connects failed %d, resets %d\n",
-		st.TCPBytesUp, st.TCPBytesDown, st.UDPPacketsUp, st.UDPPacketsDown, st.UDPDropped, st.PingsUp, st.PingsDown, st.ConnectFailed, st.TCPResets)
+// writeTunStats prints the relay's counters, one per line, each starting
+// with the command's name.
+func writeTunStats(w io.Writer, name string, st sandbox.Stats) {
+	fmt.Fprintf(w, "%s: tcp flows %d (now %d), udp mappings %d (now %d), dns queries %d, port forwards %d (failed %d)\n",
+		name, st.TCPOpened, st.TCPFlows, st.UDPOpened, st.UDPFlows, st.DNSQueries, st.PortForwardConns, st.PortForwardFailed)
+	fmt.Fprintf(w, "%s: tcp bytes up %d down %d, udp datagrams up %d down %d (dropped %d), pings up %d down %d, connects failed %d, resets %d\n",
+		name, st.TCPBytesUp, st.TCPBytesDown, st.UDPPacketsUp, st.UDPPacketsDown, st.UDPDropped, st.PingsUp, st.PingsDown, st.ConnectFailed, st.TCPResets)
 	var refused []string
 	for _, r := range sandbox.Reasons() {
 		if n := st.Refused[r]; n > 0 {
@@ -406,7 +425,7 @@ func writeTunStats(w io.Writer, st sandbox.Stats) {
 		}
 	}
 	if len(refused) > 0 {
-		fmt.Fprintf(w, "ustack tun: refused: %s\n", strings.Join(refused, ", "))
+		fmt.Fprintf(w, "%s: refused: %s\n", name, strings.Join(refused, ", "))
 	}
 }
 

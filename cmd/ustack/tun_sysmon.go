@@ -24,9 +24,13 @@ const sysmonTickSetting = "schedtrace=2147483647"
 // gets it back, and marks the execution as the second one.
 const sysmonTickEnv = "USTACK_TUN_GODEBUG"
 
+// asCommand is set by main: this process is the ustack command, not a
+// test calling run, and may execute itself again.
+var asCommand bool
+
 // execWithSysmonTick executes this program again with sysmonTickSetting
-// added to $GODEBUG, when ustack runs as the command `ustack tun` (not
-// in a test) and $GODEBUG does not set schedtrace already (an explicit
+// added to $GODEBUG, when ustack runs as a command that serves a sandbox
+// (not in a test) and $GODEBUG does not set schedtrace already (an explicit
 // setting wins). It returns only when it did not execute: nil when there
 // was nothing to do, or the reason it could not. In the execution again
 // it restores the environment ustack was started with (the runtime read
@@ -41,7 +45,7 @@ func execWithSysmonTick() error {
 		}
 		return nil
 	}
-	if len(os.Args) < 2 || os.Args[1] != "tun" {
+	if !asCommand {
 		return nil
 	}
 	godebug, set := os.LookupEnv("GODEBUG")
