@@ -30,7 +30,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ustack-dev/ustack/internal/dnstest"
-	"github.com/ustack-dev/ustack/internal/netns"
+	"github.com/ustack-dev/ustack/internal/netns/netnstest"
 	"github.com/ustack-dev/ustack/internal/xfer"
 	"github.com/ustack-dev/ustack/sandbox"
 	"github.com/ustack-dev/ustack/serve"
@@ -668,9 +668,7 @@ func TestSandboxFlood(t *testing.T) {
 func TestSandboxAttach(t *testing.T) {
 	needPrivilege(t, "sandbox tests need network namespaces and TUN", nsProbe())
 	hs := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
-	ns, err := netns.New("sbattach")
-	require.NoError(t, err)
-	defer ns.Close()
+	ns := netnstest.New(t, "sbattach")
 	sb, err := sandbox.New(&sandbox.Config{NetNS: "/var/run/netns/" + ns.Name, AllowHostLoopback: true})
 	require.NoError(t, err)
 	var body []byte
