@@ -18,6 +18,7 @@ import (
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/ustack-dev/ustack/internal/testenv"
 	"github.com/ustack-dev/ustack/internal/xfer"
 )
 
@@ -40,7 +41,7 @@ func TestConfine(t *testing.T) {
 		os.Exit(0)
 	}
 	if !seccomp.Supported() {
-		t.Skip("this kernel has no seccomp filters")
+		testenv.Skip(t, "this kernel has no seccomp filters (CONFIG_SECCOMP_FILTER)")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestConfine$", "-test.count=1")
 	cmd.Env = append(os.Environ(), confineChildEnv+"=1")
