@@ -27,6 +27,7 @@ import (
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/internal/netns"
+	"github.com/ustack-dev/ustack/internal/netns/netnstest"
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/afpacket"
 	"github.com/ustack-dev/ustack/sched"
@@ -72,12 +73,8 @@ type afpNet struct {
 func newAfpNet(tb testing.TB, opts *afpacket.Options, qdisc string) *afpNet {
 	tb.Helper()
 	afpRequirePrivilege(tb)
-	k, err := netns.New("afpk")
-	require.NoError(tb, err)
-	tb.Cleanup(func() { k.Close() })
-	u, err := netns.New("afpu")
-	require.NoError(tb, err)
-	tb.Cleanup(func() { u.Close() })
+	k := netnstest.New(tb, "afpk")
+	u := netnstest.New(tb, "afpu")
 	require.NoError(tb, netns.Veth(k, afpKernelIf, u, afpUstackIf, 0))
 	require.NoError(tb, k.AddAddr(afpKernelIf, afpKernel4, afpKernel6))
 	// The kernel in U has no addresses; without IPv6 it also sends no
@@ -508,9 +505,7 @@ func (w afpCountingWriter) Write(b []byte) (int, error) {
 // TestAfpacketNewErrors checks New's messages for the usual mistakes.
 func TestAfpacketNewErrors(t *testing.T) {
 	afpRequirePrivilege(t)
-	u, err := netns.New("afpu")
-	require.NoError(t, err)
-	defer u.Close()
+	u := netnstest.New(t, "afpu")
 	for _, tc := range []struct {
 		ifname string
 		opts   *afpacket.Options
@@ -590,12 +585,8 @@ func BenchmarkAfpacketTX(b *testing.B) {
 // no stack: the benchmark drives WritePackets itself.
 func afpBenchEndpoint(b *testing.B, opts *afpacket.Options) *afpacket.Endpoint {
 	b.Helper()
-	k, err := netns.New("afpk")
-	require.NoError(b, err)
-	b.Cleanup(func() { k.Close() })
-	u, err := netns.New("afpu")
-	require.NoError(b, err)
-	b.Cleanup(func() { u.Close() })
+	k := netnstest.New(b, "afpk")
+	u := netnstest.New(b, "afpu")
 	require.NoError(b, netns.Veth(k, afpKernelIf, u, afpUstackIf, 0))
 	require.NoError(b, u.Sysctl("ipv6/conf/"+afpUstackIf+"/disable_ipv6", "1"))
 	var ep *afpacket.Endpoint

@@ -17,7 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ustack-dev/ustack/internal/netns"
+	"github.com/ustack-dev/ustack/internal/netns/netnstest"
 )
 
 // TestServeCommand runs the real `ustack serve` binary on a TUN device in
@@ -27,14 +27,13 @@ func TestServeCommand(t *testing.T) {
 	requireNamespaces(t)
 	bin := buildUstack(t)
 
-	k, err := netns.New("cmdk")
-	require.NoError(t, err)
-	defer k.Close()
+	k := netnstest.New(t, "cmdk")
 	var cmd *exec.Cmd
 	var stderr io.ReadCloser
 	require.NoError(t, k.Do(func() error {
 		cmd = exec.Command(bin, "serve", "-link", "tun:cmdtun0", "-addr", "198.18.80.2/24",
 			"-peer-addr", "198.18.80.1/24", "-qdisc", "enqlock", "-http", "8080")
+		var err error
 		stderr, err = cmd.StderrPipe()
 		if err != nil {
 			return err

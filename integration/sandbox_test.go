@@ -30,7 +30,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ustack-dev/ustack/internal/dnstest"
-	"github.com/ustack-dev/ustack/internal/netns"
+	"github.com/ustack-dev/ustack/internal/netns/netnstest"
 	"github.com/ustack-dev/ustack/internal/xfer"
 	"github.com/ustack-dev/ustack/sandbox"
 	"github.com/ustack-dev/ustack/serve"
@@ -668,9 +668,7 @@ func TestSandboxFlood(t *testing.T) {
 func TestSandboxAttach(t *testing.T) {
 	needPrivilege(t, "sandbox tests need network namespaces and TUN", nsProbe())
 	hs := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
-	ns, err := netns.New("sbattach")
-	require.NoError(t, err)
-	defer ns.Close()
+	ns := netnstest.New(t, "sbattach")
 	sb, err := sandbox.New(&sandbox.Config{NetNS: "/var/run/netns/" + ns.Name, AllowHostLoopback: true})
 	require.NoError(t, err)
 	var body []byte
@@ -698,9 +696,7 @@ func TestSandboxAttach(t *testing.T) {
 // TestSandboxLimits checks the limits on flows at once (all protocols and
 // TCP alone), host errors, UDP idle expiry and the TCP buffer cap.
 func TestSandboxLimits(t *testing.T) {
-	if err := nsProbe(); err != nil {
-		t.Skipf("sandbox tests need network namespaces and TUN: %v", err)
-	}
+	needPrivilege(t, "sandbox tests need network namespaces and TUN", nsProbe())
 	hs := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
 	gw := func(p netip.AddrPort) string { return netip.AddrPortFrom(sandbox.DefaultGateway4, p.Port()).String() }
 	for _, tc := range []struct {
@@ -761,11 +757,9 @@ func TestSandboxLimits(t *testing.T) {
 // TestSandboxIPv6 relays HTTP, TCP both ways and UDP over IPv6 to the
 // host's ::1 and carries an IPv6 port forward into the sandbox.
 func TestSandboxIPv6(t *testing.T) {
-	if err := nsProbe(); err != nil {
-		t.Skipf("sandbox tests need network namespaces and TUN: %v", err)
-	}
+	needPrivilege(t, "sandbox tests need network namespaces and TUN", nsProbe())
 	if ln, err := net.Listen("tcp", "[::1]:0"); err != nil {
-		t.Skip("no IPv6 loopback on this host")
+		skip(t, "no IPv6 loopback on this host")
 	} else {
 		ln.Close()
 	}
@@ -844,9 +838,7 @@ func checkForwards(t *testing.T, sb *sandbox.Sandbox, what string) {
 // connections: the command's connections are reset, and no goroutine or
 // descriptor of the sandbox's is left.
 func TestSandboxCloseActive(t *testing.T) {
-	if err := nsProbe(); err != nil {
-		t.Skipf("sandbox tests need network namespaces and TUN: %v", err)
-	}
+	needPrivilege(t, "sandbox tests need network namespaces and TUN", nsProbe())
 	hs := startHostServices(t, netip.MustParseAddr("127.0.0.1"))
 	fds, goroutines := openFDs(t), goleak.IgnoreCurrent()
 	sb, err := sandbox.New(&sandbox.Config{AllowHostLoopback: true})

@@ -18,6 +18,7 @@ import (
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/internal/netns"
+	"github.com/ustack-dev/ustack/internal/netns/netnstest"
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/afpacket"
 	"github.com/ustack-dev/ustack/link/impair"
@@ -50,15 +51,11 @@ type srvNet struct {
 func newSrvNet(tb testing.TB, kind, qdisc string, im link.Impairments, st *stack.Options) *srvNet {
 	tb.Helper()
 	requireNamespaces(tb)
-	k, err := netns.New("srvk")
-	require.NoError(tb, err)
-	tb.Cleanup(func() { k.Close() })
+	k := netnstest.New(tb, "srvk")
 	var ep gstack.LinkEndpoint
 	switch kind {
 	case "veth":
-		u, err := netns.New("srvu")
-		require.NoError(tb, err)
-		tb.Cleanup(func() { u.Close() })
+		u := netnstest.New(tb, "srvu")
 		require.NoError(tb, netns.Veth(k, "srvk0", u, "srvu0", 0))
 		require.NoError(tb, k.AddAddr("srvk0", srvKernel4, srvKernel6))
 		require.NoError(tb, u.Sysctl("ipv6/conf/srvu0/disable_ipv6", "1"))
@@ -289,12 +286,8 @@ func intactThroughLoss(t *testing.T, kind, qdisc string, tcpOpts *stack.TCPOptio
 // fetches from K: the same handler serves the same checked body.
 func TestServeKernelStack(t *testing.T) {
 	requireNamespaces(t)
-	k, err := netns.New("srvk")
-	require.NoError(t, err)
-	defer k.Close()
-	u, err := netns.New("srvu")
-	require.NoError(t, err)
-	defer u.Close()
+	k := netnstest.New(t, "srvk")
+	u := netnstest.New(t, "srvu")
 	require.NoError(t, netns.Veth(k, "srvk0", u, "srvu0", 0))
 	require.NoError(t, k.AddAddr("srvk0", srvKernel4, srvKernel6))
 	require.NoError(t, u.AddAddr("srvu0", srvUstack4, srvUstack6))

@@ -23,6 +23,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 
 	"github.com/ustack-dev/ustack/internal/netns"
+	"github.com/ustack-dev/ustack/internal/netns/netnstest"
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/tun"
 	"github.com/ustack-dev/ustack/sched"
@@ -59,8 +60,7 @@ var tunProbe = sync.OnceValue(func() error {
 	if err != nil {
 		return err
 	}
-	defer ns.Close()
-	return ns.Do(func() error {
+	err = ns.Do(func() error {
 		ep, err := tun.Open("probe0", &tun.Options{NoUp: true})
 		if err != nil {
 			return err
@@ -68,6 +68,7 @@ var tunProbe = sync.OnceValue(func() error {
 		ep.Close()
 		return nil
 	})
+	return errors.Join(err, ns.Close())
 })
 
 func tunRequirePrivilege(tb testing.TB) {
@@ -89,9 +90,7 @@ type tunNet struct {
 func newTunNet(tb testing.TB, opts *tun.Options, qdisc string) *tunNet {
 	tb.Helper()
 	tunRequirePrivilege(tb)
-	k, err := netns.New("ustack-tun")
-	require.NoError(tb, err)
-	tb.Cleanup(func() { k.Close() })
+	k := netnstest.New(tb, "ustack-tun")
 	var o tun.Options
 	if opts != nil {
 		o = *opts
@@ -392,9 +391,7 @@ func TestTunDeviceDeleted(t *testing.T) {
 	for _, q := range []string{sched.None, sched.LList} {
 		t.Run(q, func(t *testing.T) {
 			ignore := goleak.IgnoreCurrent()
-			k, err := netns.New("ustack-tundel")
-			require.NoError(t, err)
-			defer k.Close()
+			k := netnstest.New(t, "ustack-tundel")
 			var ep *tun.Endpoint
 			require.NoError(t, k.Do(func() (err error) {
 				ep, err = tun.Open(tunDev, &tun.Options{Addrs: []netip.Prefix{tunKernel4, tunKernel6}, Queues: 2})
@@ -491,9 +488,7 @@ func tunWaitFor(tb testing.TB, timeout time.Duration, what string, cond func() b
 // closing a device Open created deletes it.
 func TestTunOpenErrors(t *testing.T) {
 	tunRequirePrivilege(t)
-	k, err := netns.New("ustack-tunerr")
-	require.NoError(t, err)
-	defer k.Close()
+	k := netnstest.New(t, "ustack-tunerr")
 	// Everything runs inside K; the assertions run outside Do, because a
 	// failed require ends its goroutine, which must not be Do's.
 	var r struct {

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ustack-dev/ustack/internal/netns"
+	"github.com/ustack-dev/ustack/internal/netns/netnstest"
 	"github.com/ustack-dev/ustack/link/tun"
 	"github.com/ustack-dev/ustack/stack"
 )
@@ -101,9 +102,7 @@ func appReceive(tb testing.TB, sock int) int {
 // socket pair are closed when the test ends.
 func passTunFD(t *testing.T, flags uint16) (*netns.NS, int) {
 	t.Helper()
-	k, err := netns.New("ustack-tunfd")
-	require.NoError(t, err)
-	t.Cleanup(func() { k.Close() })
+	k := netnstest.New(t, "ustack-tunfd")
 	socks, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	require.NoError(t, err)
 	t.Cleanup(func() { unix.Close(socks[0]); unix.Close(socks[1]) })

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,10 +15,12 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/ustack-dev/ustack/internal/testenv"
 	"github.com/ustack-dev/ustack/internal/xfer"
 )
 
@@ -25,6 +28,10 @@ import (
 // check what it may still do (the filter cannot be undone, so it is
 // loaded in a process of its own).
 const confineChildEnv = "USTACK_TEST_CONFINE_CHILD"
+
+// confineChildTimeout bounds the confined child, which takes a few
+// seconds on a loaded 2-core machine: a limit for a hang, not a timing.
+const confineChildTimeout = 5 * time.Minute
 
 // TestConfine loads the relay's seccomp policy in a child process and
 // checks that it can no longer execute a program, fork or open a raw
@@ -40,9 +47,11 @@ func TestConfine(t *testing.T) {
 		os.Exit(0)
 	}
 	if !seccomp.Supported() {
-		t.Skip("this kernel has no seccomp filters")
+		testenv.Skip(t, "this kernel has no seccomp filters (CONFIG_SECCOMP_FILTER)")
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestConfine$", "-test.count=1")
+	ctx, cancel := context.WithTimeout(context.Background(), confineChildTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestConfine$", "-test.count=1")
 	cmd.Env = append(os.Environ(), confineChildEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "confined ok") {
@@ -92,6 +101,16 @@ func confinedChild() error {
 	// Denied: executing a program, forking, raw and packet sockets.
 	if err := syscall.Exec("/bin/true", []string{"true"}, nil); !errors.Is(err, unix.EPERM) {
 		return fmt.Errorf("execve: %v, want EPERM", err)
+	}
+	// A failed exec proves nothing about fork: the forked child could
+	// still serve. fork(2) is clone(SIGCHLD), no CLONE_THREAD.
+	if pid, errno := rawFork(); errno != unix.EPERM {
+		if errno != 0 {
+			return fmt.Errorf("clone(SIGCHLD): %v, want EPERM", errno)
+		}
+		var ws unix.WaitStatus
+		_, werr := unix.Wait4(int(pid), &ws, 0, nil)
+		return fmt.Errorf("clone(SIGCHLD) forked process %d (reaped: %v), want EPERM", pid, werr)
 	}
 	if err := exec.Command("/bin/true").Run(); err == nil {
 		return errors.New("a command ran under the filter")
@@ -166,6 +185,23 @@ func confinedChild() error {
 	fmt.Printf("%d threads before the drop (CapEff %016x, cgo %v), %d after, each at most %016x\n",
 		len(before), before[0].set["CapEff"], cgoBuild(), len(after), kept)
 	return nil
+}
+
+// rawFork forks this process as fork(2) does, with a raw clone(SIGCHLD),
+// and returns the child's PID or the error. The child, a copy of this
+// process with one thread, exits at once without running any Go code
+// that could grow the stack or reach the scheduler (nosplit, norace; the
+// syscall package's raw calls are both, golang.org/x/sys's wrapper is
+// not); the caller reaps it.
+//
+//go:nosplit
+//go:norace
+func rawFork() (uintptr, syscall.Errno) {
+	pid, _, errno := syscall.RawSyscall(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0)
+	if errno == 0 && pid == 0 {
+		syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 0, 0, 0)
+	}
+	return pid, errno
 }
 
 // taskCaps are one thread's capability sets, from its status file.

@@ -43,8 +43,7 @@ func Probe() error {
 	if err != nil {
 		return err
 	}
-	defer ns.Close()
-	return ns.Do(func() error {
+	err = ns.Do(func() error {
 		la := netlink.NewLinkAttrs()
 		la.Name = "probe0"
 		v := &netlink.Veth{LinkAttrs: la, PeerName: "probe1"}
@@ -56,13 +55,30 @@ func Probe() error {
 		}
 		return netlink.LinkDel(v)
 	})
+	return errors.Join(err, ns.Close())
 }
 
+// runDir is where named namespaces are mounted, for `ip netns` (which
+// looks in /var/run/netns, the same directory on any system whose /var/run
+// links to /run) and vishvananda/netns's NewNamed and DeleteNamed.
+const runDir = "/run/netns"
+
+// seq numbers the namespaces this process creates, for their names.
+var seq atomic.Uint64
+
 // New creates a named network namespace (visible as /run/netns/NAME to
-// `ip netns`). The name gets the process ID appended so that parallel runs
-// never collide. The calling goroutine's namespace is unchanged.
+// `ip netns`). The name gets the process ID and a number of its own
+// appended, so that neither parallel runs nor two namespaces of one run
+// ever collide, even when one was not deleted. The calling goroutine's
+// namespace is unchanged.
 func New(name string) (*NS, error) {
-	name = fmt.Sprintf("%s-%d", name, os.Getpid())
+	name = fmt.Sprintf("%s-%d-%d", name, os.Getpid(), seq.Add(1))
+	if err := shareRunDir(); err != nil {
+		if errors.Is(err, os.ErrPermission) {
+			return nil, fmt.Errorf("netns %s: %w: %w", name, err, ErrNoPrivilege)
+		}
+		return nil, fmt.Errorf("netns %s: %w", name, err)
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	orig, err := netns.Get()
@@ -70,12 +86,13 @@ func New(name string) (*NS, error) {
 		return nil, fmt.Errorf("netns %s: read the current namespace: %w", name, err)
 	}
 	defer orig.Close()
-	// A namespace left by a killed run of this PID would make NewNamed fail.
+	// A namespace left by a killed run that had this PID would make
+	// NewNamed fail.
 	_ = netns.DeleteNamed(name)
 	h, err := netns.NewNamed(name)
 	if err != nil {
 		if errors.Is(err, os.ErrPermission) {
-			return nil, fmt.Errorf("netns %s: %w", name, ErrNoPrivilege)
+			return nil, fmt.Errorf("netns %s: create: %w: %w", name, err, ErrNoPrivilege)
 		}
 		return nil, fmt.Errorf("netns %s: create: %w", name, err)
 	}
@@ -83,18 +100,57 @@ func New(name string) (*NS, error) {
 	// before the thread is unlocked and reused by other goroutines.
 	if err := netns.Set(orig); err != nil {
 		h.Close()
-		_ = netns.DeleteNamed(name)
+		derr := netns.DeleteNamed(name)
 		// This thread is now in the wrong namespace: keep it locked so it
 		// dies with this goroutine instead of serving others.
 		runtime.LockOSThread()
-		return nil, fmt.Errorf("netns %s: return to the original namespace: %w", name, err)
+		return nil, errors.Join(fmt.Errorf("netns %s: return to the original namespace: %w", name, err), derr)
 	}
 	ns := &NS{Name: name, handle: h}
 	if err := ns.Do(func() error { return setUp("lo") }); err != nil {
-		ns.Close()
-		return nil, err
+		return nil, errors.Join(err, ns.Close())
 	}
 	return ns, nil
+}
+
+// shareRunDir makes runDir a mount point of its own with shared
+// propagation before a namespace is mounted in it, as `ip netns add` does
+// (iproute2's netns_add): make it shared, and where that fails with EINVAL
+// because it is no mount point yet, bind-mount it onto itself and try
+// again. Done first by whoever names a namespace, it is then never done
+// again while a namespace is mounted there. Were it done later, by an `ip
+// netns add` while one of ours exists, the bind mount would cover ours
+// with a copy: our Close would unmount the copy and fail to remove the
+// file (EBUSY, the hidden mount still sits on it), leaving the namespace
+// and its name behind. The directory's lock, which iproute2 also takes
+// around these steps, keeps two processes from stacking bind mounts.
+func shareRunDir() error {
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", runDir, err)
+	}
+	fd, err := unix.Open(runDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", runDir, os.NewSyscallError("open", err))
+	}
+	defer unix.Close(fd)
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		return fmt.Errorf("lock %s: %w", runDir, os.NewSyscallError("flock", err))
+	}
+	// Closing fd releases the lock.
+	bound := false
+	for {
+		err := unix.Mount("", runDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+		if err == nil {
+			return nil
+		}
+		if err != unix.EINVAL || bound {
+			return fmt.Errorf("mount --make-shared %s: %w", runDir, os.NewSyscallError("mount", err))
+		}
+		if err := unix.Mount(runDir, runDir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("mount --bind %s onto itself: %w", runDir, os.NewSyscallError("mount", err))
+		}
+		bound = true
+	}
 }
 
 // Do runs f on a thread inside the namespace: sockets f opens and devices
@@ -132,13 +188,20 @@ func (ns *NS) Do(f func() error) error {
 }
 
 // Close deletes the namespace. Interfaces in it go with it (a veth pair
-// with one end in it is deleted whole). Idempotent.
+// with one end in it is deleted whole). Idempotent. An error means the
+// name, and with it the namespace, may be left behind: tests fail on it.
 func (ns *NS) Close() error {
 	if ns.closed.Swap(true) {
 		return nil
 	}
-	ns.handle.Close()
-	return netns.DeleteNamed(ns.Name)
+	herr := ns.handle.Close()
+	if err := netns.DeleteNamed(ns.Name); err != nil {
+		return fmt.Errorf("netns %s: delete %s: %w", ns.Name, filepath.Join(runDir, ns.Name), err)
+	}
+	if herr != nil {
+		return fmt.Errorf("netns %s: close its handle: %w", ns.Name, herr)
+	}
+	return nil
 }
 
 // Veth creates a veth pair with one end (nameA) in a and the other (nameB)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,9 +18,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// twoNamespaces returns two fresh namespaces, closed when t ends, or
-// skips t without the privilege to make them.
-func twoNamespaces(t *testing.T) (a, b *NS) {
+// requirePrivilege skips t without the privilege to build namespaces,
+// and fails it if building one fails for any other reason.
+func requirePrivilege(t *testing.T) {
 	t.Helper()
 	if err := Probe(); err != nil {
 		if NoPrivilege(err) {
@@ -27,13 +28,42 @@ func twoNamespaces(t *testing.T) (a, b *NS) {
 		}
 		t.Fatalf("network namespaces: %v: the environment is broken (a missing privilege would skip)", err)
 	}
-	a, err := New("ustack-test-a")
+}
+
+// newNS creates a namespace that is deleted when t ends, and fails t if
+// it cannot be deleted: a namespace left behind is a fault (the
+// netnstest package does this for other packages' tests; this package's
+// cannot import it).
+func newNS(t *testing.T, name string) *NS {
+	t.Helper()
+	ns, err := New(name)
 	require.NoError(t, err)
-	t.Cleanup(func() { a.Close() })
-	b, err = New("ustack-test-b")
-	require.NoError(t, err)
-	t.Cleanup(func() { b.Close() })
-	return a, b
+	t.Cleanup(func() { require.NoError(t, ns.Close(), "delete network namespace %s", ns.Name) })
+	return ns
+}
+
+// twoNamespaces returns two fresh namespaces, deleted when t ends, or
+// skips t without the privilege to make them.
+func twoNamespaces(t *testing.T) (a, b *NS) {
+	t.Helper()
+	requirePrivilege(t)
+	return newNS(t, "ustack-test-a"), newNS(t, "ustack-test-b")
+}
+
+// TestNewNamesEachCall: every New gets a name of its own, the same
+// prefix twice included, so that a namespace one test could not delete
+// never makes a later New fail.
+func TestNewNamesEachCall(t *testing.T) {
+	requirePrivilege(t)
+	a, b := newNS(t, "ustack-test-same"), newNS(t, "ustack-test-same")
+	require.NotEqual(t, a.Name, b.Name)
+	require.NoError(t, a.Close())
+	c := newNS(t, "ustack-test-same")
+	require.NotEqual(t, a.Name, c.Name, "a name is not reused after Close either")
+	for _, ns := range []*NS{b, c} {
+		_, err := os.Stat(filepath.Join(runDir, ns.Name))
+		require.NoError(t, err)
+	}
 }
 
 func TestVethBetweenNamespaces(t *testing.T) {

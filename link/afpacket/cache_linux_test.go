@@ -12,6 +12,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/ustack-dev/ustack/internal/testenv"
 	"github.com/ustack-dev/ustack/link/linktest"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
@@ -34,9 +35,7 @@ func parkRound(q *queue) {
 // endpoint once warm, with the cache and without (gVisor's packet and
 // view come from its pools).
 func TestRXSteadyStateAllocs(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector makes gVisor's sync.Pools drop items at random")
-	}
+	testenv.SkipUnderRace(t, "the race detector makes gVisor's sync.Pools drop items at random")
 	for _, noCache := range []bool{false, true} {
 		e, far := testEndpoint(t, &Options{NoCache: noCache}, 0)
 		c := &linktest.Counter{}

@@ -17,6 +17,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/ustack-dev/ustack/internal/testenv"
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/linktest"
 	"github.com/ustack-dev/ustack/link/vnet"
@@ -424,7 +425,7 @@ func TestTXQueuesByFlow(t *testing.T) {
 // detector empties at random, so that case runs without it only).
 func TestTXNoAllocs(t *testing.T) {
 	for _, noCache := range []bool{false, true} {
-		if noCache && raceEnabled {
+		if noCache && testenv.RaceEnabled {
 			continue
 		}
 		e, far := testEndpoint(t, &Options{NoCache: noCache}, 0)

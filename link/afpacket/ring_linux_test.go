@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/ustack-dev/ustack/internal/testenv"
 	"github.com/ustack-dev/ustack/link/linktest"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
@@ -183,9 +184,7 @@ func ringRoundOn(q *queue, blk []byte) func() int {
 // and without, and GRO makes one packet of a block of one flow's
 // segments.
 func TestRingRoundAllocs(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector makes gVisor's sync.Pools drop items at random")
-	}
+	testenv.SkipUnderRace(t, "the race detector makes gVisor's sync.Pools drop items at random")
 	for _, nogro := range []bool{false, true} {
 		e, _ := testEndpoint(t, &Options{NoOffload: true, NoGRO: nogro}, 0)
 		c := &linktest.Counter{}

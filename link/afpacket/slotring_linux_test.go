@@ -13,6 +13,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/ustack-dev/ustack/internal/testenv"
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/linktest"
 	"github.com/ustack-dev/ustack/link/vnet"
@@ -233,9 +234,7 @@ func slotSegments(q *queue, r *slotRing, n int) func() int {
 // TestSlotRoundAllocs: a slot-ring round allocates nothing once warm, and
 // GRO makes one packet of one flow's segments.
 func TestSlotRoundAllocs(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector makes gVisor's sync.Pools drop items at random")
-	}
+	testenv.SkipUnderRace(t, "the race detector makes gVisor's sync.Pools drop items at random")
 	e, _ := testEndpoint(t, &Options{NoOffload: true}, 0)
 	c := &linktest.Counter{}
 	e.AttachAndStart(c, func() {})

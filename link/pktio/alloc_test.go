@@ -11,6 +11,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/ustack-dev/ustack/internal/testenv"
 	"github.com/ustack-dev/ustack/link/pktio"
 )
 
@@ -91,9 +92,7 @@ func outbound(n, size int) stack.PacketBufferList {
 }
 
 func TestWriteAllocatesNothing(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector makes gVisor's sync.Pools drop items at random")
-	}
+	testenv.SkipUnderRace(t, "the race detector makes gVisor's sync.Pools drop items at random")
 	for _, tc := range []struct {
 		name string
 		pkt  func(i int) []byte
@@ -119,9 +118,7 @@ func TestWriteAllocatesNothing(t *testing.T) {
 }
 
 func TestReadAllocatesNothing(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector makes gVisor's sync.Pools drop items at random")
-	}
+	testenv.SkipUnderRace(t, "the race detector makes gVisor's sync.Pools drop items at random")
 	ep, _ := attached(t, nil)
 	const batch = 64
 	bufs := make([][]byte, batch)

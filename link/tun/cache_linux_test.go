@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/ustack-dev/ustack/internal/testenv"
 	"github.com/ustack-dev/ustack/link/linktest"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
@@ -26,9 +27,7 @@ func parkQueue(q *queue) {
 // TestTunRXSteadyStateAllocs: a receive round allocates nothing in the
 // endpoint once warm, with the cache and without.
 func TestTunRXSteadyStateAllocs(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector makes gVisor's sync.Pools drop items at random")
-	}
+	testenv.SkipUnderRace(t, "the race detector makes gVisor's sync.Pools drop items at random")
 	for _, noCache := range []bool{false, true} {
 		o := DefaultOptions()
 		o.NoCache = noCache

@@ -1,0 +1,7 @@
+//go:build !race
+
+package testenv
+
+// RaceEnabled reports that this binary was built with the race detector
+// (-race).
+const RaceEnabled = false
