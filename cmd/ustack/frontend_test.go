@@ -193,3 +193,42 @@ func existingFile(t *testing.T, name string) string {
 	require.NoError(t, os.WriteFile(p, nil, 0o600))
 	return p
 }
+
+func TestDispatchByName(t *testing.T) {
+	for _, tc := range []struct {
+		argv       []string
+		status     int
+		stdout     string
+		stderrLine string
+	}{
+		{[]string{"/usr/local/bin/slirp4netns", "--help"}, 0, "Usage: /usr/local/bin/slirp4netns [OPTION]... PID|PATH [TAPNAME]", ""},
+		{[]string{"slirp4netns", "--version"}, 0, "slirp4netns version 1.2.0+ustack", ""},
+		{[]string{"slirp4netns", "--foo"}, 1, "Usage: slirp4netns", "slirp4netns: unrecognized option '--foo'"},
+		// slirp4netns's warnings go first, to standard output.
+		{[]string{"slirp4netns", "--no-host-loopback", "-h"}, 0, "WARNING: --no-host-loopback is a deprecated name of --disable-host-loopback\nUsage: slirp4netns", ""},
+		{[]string{"/usr/bin/pasta", "--help"}, 0, "Usage: /usr/bin/pasta [OPTION]... [COMMAND] [ARGS]...", ""},
+		{[]string{"pasta", "--version"}, 0, "pasta 2024_12_11.09478d5+ustack", ""},
+		{[]string{"pasta", "--map-gw"}, 1, "", "pasta: unrecognized option '--map-gw'"},
+		{[]string{"ustack", "slirp4netns", "-v"}, 0, "slirp4netns version", ""},
+		{[]string{"ustack", "slirp4netns", "--mtu=abc", "1"}, 1, "Usage: ustack slirp4netns", "MTU must be a positive integer (< 65522)"},
+		{[]string{"ustack", "pasta", "-h"}, 0, "Usage: ustack pasta [OPTION]...", ""},
+		{[]string{"ustack", "pasta", "-t", "99999"}, 1, "", "Invalid port specifier 99999"},
+		{[]string{"ustack", "help", "pasta"}, 0, "Usage: ustack pasta", ""},
+		{[]string{"ustack", "help", "slirp4netns"}, 0, "Usage: ustack slirp4netns", ""},
+		// A command line the front end accepts is not run yet.
+		{[]string{"/usr/bin/slirp4netns", "-c", "1234", "tap0"}, 1, "", "/usr/bin/slirp4netns: command line accepted, but this ustack does not run its slirp4netns and pasta front ends yet: use ustack tun"},
+		{[]string{"ustack", "pasta", "--netns", "x"}, 1, "", "ustack pasta: command line accepted, but this ustack does not run its slirp4netns and pasta front ends yet: use ustack tun"},
+		// Another name is ustack itself.
+		{[]string{"/opt/ustack", "help"}, 0, "ustack: a userspace TCP/UDP/IP stack", ""},
+	} {
+		var out, errb bytes.Buffer
+		status := dispatch(tc.argv, &out, &errb)
+		require.Equal(t, tc.status, status, "%q: %s", tc.argv, errb.String())
+		require.True(t, strings.HasPrefix(out.String(), tc.stdout), "%q: stdout %q", tc.argv, out.String())
+		if tc.stderrLine == "" {
+			require.Empty(t, errb.String(), "%q", tc.argv)
+		} else {
+			require.Equal(t, tc.stderrLine, strings.SplitN(errb.String(), "\n", 2)[0], "%q", tc.argv)
+		}
+	}
+}
