@@ -1149,9 +1149,11 @@ default a login shell) runs in new user and network namespaces.
   -u, --udp-ports SPEC     UDP ports forwarded from the host to the namespace
   -T, --tcp-ns SPEC        TCP ports forwarded from the namespace to the host
   -U, --udp-ns SPEC        UDP ports forwarded from the namespace to the host
-                           SPEC: none, auto (the ports bound on the far
-                           side), or [ADDR][%%IF/]PORTS, PORTS a list of
-                           PORT, FIRST-LAST, either :TARGET, and ~EXCLUDED
+                           SPEC: none; auto, the ports bound on the far
+                           side; or [[ADDR][%%IF]/]PORTS (ADDR and IF with -t
+                           and -u only), PORTS a comma-separated list of
+                           PORT or FIRST-LAST, each maybe :TARGET or
+                           :FIRST-LAST, and ~PORT or ~FIRST-LAST excluded
       --userns NSPATH      the user namespace to join
       --netns PATH|NAME    the network namespace to serve
       --netns-only         join the network namespace only
