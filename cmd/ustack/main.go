@@ -1,7 +1,9 @@
 // Command ustack runs the ustack userspace network stack: `ustack bench`
 // measures it, `ustack serve` runs it as a host on a real interface or
 // TUN device, and `ustack tun` gives a command a network namespace whose
-// network is ustack, relaying its flows to host sockets.
+// network is ustack, relaying its flows to host sockets. `ustack
+// slirp4netns` and `ustack pasta` (or ustack started under either name,
+// through a symlink) take those programs' command lines.
 package main
 
 import (
@@ -10,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/ustack-dev/ustack/link/tun"
 	"github.com/ustack-dev/ustack/sandbox"
@@ -25,10 +28,16 @@ Usage:
   ustack tun [flags] -- CMD [ARGS...]
                          run CMD in a network namespace whose network is
                          ustack, relaying its flows to host sockets
+  ustack slirp4netns [OPTION]... PID|PATH [TAPNAME]
+  ustack pasta [OPTION]... [PID | --netns PATH | COMMAND [ARGS...]]
+                         slirp4netns's and pasta's command lines (also
+                         when ustack is started under either name); for
+                         now they only check it, print help and version
   ustack help [command]  show help
 
-Run 'ustack bench -h', 'ustack serve -h' or 'ustack tun -h' for a
-command's flags.
+Run 'ustack bench -h', 'ustack serve -h', 'ustack tun -h',
+'ustack slirp4netns --help' or 'ustack pasta --help' for a command's
+options.
 `
 
 func main() {
@@ -36,7 +45,37 @@ func main() {
 	// the command and never returns.
 	sandbox.Init()
 	asCommand = true
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(dispatch(os.Args, os.Stdout, os.Stderr))
+}
+
+// dispatch runs ustack as the program it was started as: under the name
+// slirp4netns or pasta (a symlink, which rootless container tools find
+// by name) it is that front end, on that program's command line, with
+// that program's name in its messages; otherwise it is the ustack
+// command.
+func dispatch(argv []string, stdout, stderr io.Writer) int {
+	if len(argv) > 0 {
+		switch filepath.Base(argv[0]) {
+		case "slirp4netns":
+			return frontEndMain(slirp4netnsSettle, argv, stdout, stderr)
+		case "pasta":
+			return frontEndMain(pastaSettle, argv, stdout, stderr)
+		}
+	}
+	return run(argv[1:], stdout, stderr)
+}
+
+// frontEndMain runs a front end on argv (argv[0] is the name its
+// messages start with). Its help, its version and its refusals are
+// printed as the original prints them; a command line it accepts is
+// refused too, because mapping it onto sandbox.Config and running it is
+// not part of this command yet.
+func frontEndMain(settle func(argv []string, stdout, stderr io.Writer) (int, bool), argv []string, stdout, stderr io.Writer) int {
+	if status, settled := settle(argv, stdout, stderr); settled {
+		return status
+	}
+	fmt.Fprintf(stderr, "%s: command line accepted, but this ustack does not run its slirp4netns and pasta front ends yet: use ustack tun\n", argv[0])
+	return frontEndStatus
 }
 
 // run is main with its streams and exit status made explicit for tests.
@@ -53,6 +92,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serveMain(args[1:], stdout, stderr)
 	case "tun":
 		return tunMain(args[1:], os.Stdin, stdout, stderr)
+	case "slirp4netns":
+		return frontEndMain(slirp4netnsSettle, append([]string{"ustack slirp4netns"}, args[1:]...), stdout, stderr)
+	case "pasta":
+		return frontEndMain(pastaSettle, append([]string{"ustack pasta"}, args[1:]...), stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 && args[1] == "bench" {
 			return benchMain([]string{"-h"}, stdout, stderr)
@@ -63,10 +106,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if len(args) > 1 && args[1] == "tun" {
 			return tunMain([]string{"-h"}, os.Stdin, stdout, stderr)
 		}
+		if len(args) > 1 && args[1] == "slirp4netns" {
+			writeSlirp4netnsHelp(stdout, "ustack slirp4netns")
+			return 0
+		}
+		if len(args) > 1 && args[1] == "pasta" {
+			writePastaHelp(stdout, "ustack pasta")
+			return 0
+		}
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "ustack: unknown command %q: valid commands are bench, serve, tun, help\n", args[0])
+		fmt.Fprintf(stderr, "ustack: unknown command %q: valid commands are bench, serve, tun, slirp4netns, pasta, help\n", args[0])
 		return 2
 	}
 }
