@@ -1,8 +1,9 @@
 // Package link holds what every ustack link endpoint shares: the counters
 // each endpoint reports (Stats, Reporter), the error a device endpoint
 // reports once its device is gone (ErrDeviceGone), the flow hash that
-// multi-queue endpoints pick a queue by (FlowHash), and the faults the
-// impair wrapper injects (Impairments). The bookkeeping the endpoints share
+// multi-queue endpoints pick a queue by (FlowHash), the one test of a pure
+// TCP ACK that receive offload and package stack's delayed ACK share
+// (IsPureACK), and the faults the impair wrapper injects (Impairments). The bookkeeping the endpoints share
 // and no user needs (attach and close, busy-polling gates, writability
 // watchers) is in link/internal/linkutil.
 //
