@@ -128,6 +128,9 @@ func TestGROThinsACKs(t *testing.T) {
 					pkt.DecRef()
 				}
 				g.Flush()
+				if n := heldBy(t, &g); n > 0 {
+					t.Fatalf("GRO on %v: %d packets still held after Flush", on, n)
+				}
 				want := c.want
 				if !on {
 					want = nil
