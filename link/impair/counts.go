@@ -70,10 +70,7 @@ func (e *Endpoint) Counts() (rx, tx Counts) { return e.rx.snapshot(), e.tx.snaps
 // ones that found no stack to RXDetached; and those still held at Close to
 // RXClosed or TXClosed. Delay-limit drops count as ImpairLost.
 func (e *Endpoint) LinkStats() link.Stats {
-	var s link.Stats
-	if e.reporter != nil {
-		s = e.reporter.LinkStats()
-	}
+	s := e.Passthrough.LinkStats()
 	rx, tx := e.Counts()
 	s.ImpairLost += rx.Lost + tx.Lost + rx.CorruptDropped + rx.Dropped.Limit + tx.Dropped.Limit
 	s.ImpairDuplicated += rx.Duplicated + tx.Duplicated

@@ -20,10 +20,11 @@ var (
 	_ stack.GSOEndpoint      = (*Endpoint)(nil)
 	_ link.Reporter          = (*Endpoint)(nil)
 	_ link.Coalescer         = (*Endpoint)(nil)
+	_ link.CacheReporter     = (*Endpoint)(nil)
+	_ link.ErrReporter       = (*Endpoint)(nil)
 	_ poll.Source            = (*Endpoint)(nil)
 	_ sched.WritableNotifier = (*Endpoint)(nil)
-	_ cacheReporter          = (*Endpoint)(nil)
-	_ errReporter            = (*Endpoint)(nil)
+	_ sched.RoundNotifier    = (*Endpoint)(nil)
 )
 
 // Options says what to inject in each direction.
@@ -58,28 +59,22 @@ func BothWays(im link.Impairments) *Options {
 // concurrent use; its delay goroutine starts in Wrap and is joined by
 // Close.
 //
-// It is transparent (STYLE rule 17): it implements every optional
-// interface ustack or gVisor finds on a link endpoint by type assertion and
-// passes each through to the wrapped endpoint: link.Reporter (with the
-// impairment counters added), link.Coalescer, stack.GSOEndpoint, poll.Source,
-// sched.WritableNotifier, CacheStats and Err. Where the wrapped endpoint
-// lacks one, the method reports what such an endpoint would: no GSO, no
-// busy-poll rounds, zero cache counters, no error; and writability is
-// signalled from a timer, sched.DefaultRetryInterval after a refused
-// write, so a qdisc never waits for a signal that cannot come.
+// It is transparent (STYLE rule 17): through the embedded
+// linkutil.Passthrough it implements every optional interface link/doc.go
+// lists and passes each through to the wrapped endpoint, LinkStats with
+// the impairment counters added. Where the wrapped endpoint lacks one, the
+// method reports what such an endpoint would (no GSO, no busy-poll rounds,
+// zero counters, no error), and writability is signalled from a timer,
+// sched.DefaultRetryInterval after a refused write, so a qdisc never waits
+// for a signal that cannot come. A busy-polled round of the wrapped
+// endpoint delivers through the receive faults as any other. Its receive
+// rounds (sched.RoundNotifier) deliver through the wrapper too; packets
+// the wrapper delays arrive later from its delay line, outside any round,
+// and their replies leave as ordinary writes.
 type Endpoint struct {
 	stack.LinkEndpoint
+	linkutil.Passthrough
 	opts Options
-
-	// lower's optional interfaces, found once in Wrap.
-	source   poll.Source
-	notifier sched.WritableNotifier
-	rounds   sched.RoundNotifier
-	caches   cacheReporter
-	errs     errReporter
-	reporter link.Reporter
-	merger   link.Coalescer
-	gso      stack.GSOEndpoint
 
 	rxMu, txMu  sync.Mutex // guard the random sources, held packets and due times
 	rxRand      *rand.Rand
@@ -94,12 +89,6 @@ type Endpoint struct {
 	rxOffload            bool
 	delays               *delayLine
 	rx, tx               counts
-
-	// writable is the qdisc's callback when lower cannot signal; retry
-	// calls it after a refused write. Both are nil otherwise.
-	writableMu sync.Mutex
-	writable   func()
-	retry      *time.Timer
 
 	life linkutil.Lifecycle
 }
@@ -126,19 +115,12 @@ func Wrap(lower stack.LinkEndpoint, o *Options) (*Endpoint, error) {
 	}
 	e := &Endpoint{
 		LinkEndpoint: lower,
+		Passthrough:  linkutil.NewPassthrough(lower),
 		opts:         opts,
 		rxRand:       rand.New(rand.NewPCG(opts.RX.Seed, 1)),
 		txRand:       rand.New(rand.NewPCG(opts.TX.Seed, 2)),
 		rxOffload:    lower.Capabilities()&stack.CapabilityRXChecksumOffload != 0,
 	}
-	e.source, _ = lower.(poll.Source)
-	e.notifier, _ = lower.(sched.WritableNotifier)
-	e.rounds, _ = lower.(sched.RoundNotifier)
-	e.caches, _ = lower.(cacheReporter)
-	e.errs, _ = lower.(errReporter)
-	e.reporter, _ = lower.(link.Reporter)
-	e.merger, _ = lower.(link.Coalescer)
-	e.gso, _ = lower.(stack.GSOEndpoint)
 	e.delays = newDelayLine(e)
 	return e, nil
 }
@@ -177,12 +159,7 @@ func (e *Endpoint) Close() {
 	}
 	e.LinkEndpoint.Close()
 	e.delays.close()
-	e.writableMu.Lock()
-	if e.retry != nil {
-		e.retry.Stop()
-	}
-	e.writable = nil
-	e.writableMu.Unlock()
+	linkutil.StopPassthrough(&e.Passthrough)
 	e.rxMu.Lock()
 	if e.rxHeld != nil {
 		e.rxHeld.DecRef()

@@ -3,6 +3,8 @@ package impair
 import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/ustack-dev/ustack/link/internal/linkutil"
 )
 
 // WritePackets implements stack.LinkWriter: it applies the send
@@ -17,7 +19,7 @@ func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 	if !im.Active() {
 		n, err := e.LinkEndpoint.WritePackets(pkts)
 		if n < pkts.Len() {
-			e.refused()
+			linkutil.Refused(&e.Passthrough)
 		}
 		return n, err
 	}
@@ -79,7 +81,7 @@ func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 	if n >= out.Len() {
 		return len(list), nil
 	}
-	e.refused()
+	linkutil.Refused(&e.Passthrough)
 	sent := 0
 	for sent < len(list) && done[sent] <= n {
 		sent++
