@@ -21,6 +21,9 @@
 //     reads out in batches, with GRO on the way in and GSO on the way out.
 //   - link/impair: a wrapper that injects seeded faults around any of them,
 //     the only fault injector, passing their optional interfaces through.
+//   - link/pcap: a wrapper that captures what any of them receives and
+//     sends into a pcap file (tcpdump -r, Wireshark), passing their optional
+//     interfaces through.
 //   - link/linkspec: opening any of them from a spec such as afpacket:IF,
 //     with faults, as the commands do.
 //   - link/linktest: test doubles (dispatchers, writers, endpoints) for the
@@ -61,7 +64,7 @@
 //   - ErrReporter: the device-gone error (Err, matching ErrDeviceGone), for
 //     the endpoint's owner to close and reopen it. afpacket, tun.
 //
-// A wrapper endpoint (link/impair) is transparent (STYLE rule
+// A wrapper endpoint (link/impair, link/pcap) is transparent (STYLE rule
 // 17): it implements every one of them and passes each call through to
 // the endpoint it wraps, or, where that endpoint lacks it, answers as an
 // endpoint without the feature would (no GSO, nothing to poll, no round

@@ -14,7 +14,7 @@
 //     call counted, to check that a wrapper passes them through.
 //
 // Users: the tests of link/mem (including its busy-poll tests),
-// link/impair, link/internal/optional, link/tun, link/afpacket
+// link/impair, link/pcap, link/internal/optional, link/tun, link/afpacket
 // and sched. Package poll's own tests cannot use it, since it imports
 // poll. The doubles are safe for concurrent use and hold no goroutine.
 package linktest

@@ -67,14 +67,22 @@ func NewEndpoint(w *Writer) *Endpoint {
 // Inject delivers a fresh IPv4-numbered packet with a copy of data to the
 // attached dispatcher and reports whether one was attached.
 func (e *Endpoint) Inject(data []byte) bool {
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(append([]byte(nil), data...))})
+	pkt.NetworkProtocolNumber = header.IPv4ProtocolNumber
+	defer pkt.DecRef()
+	return e.InjectPacket(header.IPv4ProtocolNumber, pkt)
+}
+
+// InjectPacket delivers pkt, a packet the test built (with its link
+// header already consumed, as an Ethernet endpoint's ParseHeader leaves
+// it, say), to the attached dispatcher as proto, and reports whether one
+// was attached. The caller keeps its reference.
+func (e *Endpoint) InjectPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) bool {
 	d := e.dispatcher.Load()
 	if d == nil || *d == nil {
 		return false
 	}
-	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(append([]byte(nil), data...))})
-	pkt.NetworkProtocolNumber = header.IPv4ProtocolNumber
-	(*d).DeliverNetworkPacket(header.IPv4ProtocolNumber, pkt)
-	pkt.DecRef()
+	(*d).DeliverNetworkPacket(proto, pkt)
 	return true
 }
 

@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/ustack-dev/ustack/link/internal/optional"
 	"github.com/ustack-dev/ustack/link/internal/optional/optionaltest"
 	"github.com/ustack-dev/ustack/link/linktest"
+	"github.com/ustack-dev/ustack/link/pcap"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }
@@ -32,6 +34,12 @@ func TestMain(m *testing.M) { leakcheck.Main(m) }
 var wrappers = map[string]optionaltest.Wrap{
 	"link/impair.Endpoint": func(t *testing.T, lower stack.LinkEndpoint) stack.LinkEndpoint {
 		w, err := impair.Wrap(lower, nil)
+		require.NoError(t, err)
+		t.Cleanup(w.Close)
+		return w
+	},
+	"link/pcap.Endpoint": func(t *testing.T, lower stack.LinkEndpoint) stack.LinkEndpoint {
+		w, err := pcap.New(lower, io.Discard, nil)
 		require.NoError(t, err)
 		t.Cleanup(w.Close)
 		return w
