@@ -8,6 +8,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/ustack-dev/ustack/link"
 )
 
 // DefaultDelayedACK is what a zero TCPOptions.DelayedACK stands for: how
@@ -52,9 +54,9 @@ func (k flowKey) slot() int { return int(uint(k.sport)*31+uint(k.dport)) % ackSl
 // acknowledges as much carries it, and the held one is dropped (counted in
 // Merged); any other segment of the flow sends the held ACK first; the
 // timer sends it otherwise (Expired), and the flow is no longer treated
-// as request/response until it answers quickly again. An ACK with
-// options other than timestamps (SACK blocks, in recovery), or with any
-// flag besides ACK, is never held, nor is a second pure ACK of the flow
+// as request/response until it answers quickly again. Only a pure ACK
+// (link.IsPureACK) is held: one with options other than timestamps (SACK
+// blocks, in recovery), or with any flag besides ACK, is never held, nor is a second pure ACK of the flow
 // while one is held (both leave: a receiver of bulk data still ACKs at
 // least every other segment, as RFC 1122 asks). It is safe for concurrent
 // use.
@@ -163,34 +165,6 @@ func flowOf(pkt *gstack.PacketBuffer, t header.TCP) (k flowKey, ok bool) {
 	return k, true
 }
 
-// pureACK reports whether t is an ACK alone: no data, no other flag, no
-// option but timestamps (and padding).
-func pureACK(pkt *gstack.PacketBuffer, t header.TCP) bool {
-	if t.Flags() != header.TCPFlagAck || pkt.Data().Size() != 0 {
-		return false
-	}
-	off := int(t.DataOffset())
-	if off < header.TCPMinimumSize || off > len(t) {
-		return false
-	}
-	for opts := t[header.TCPMinimumSize:off]; len(opts) > 0; {
-		switch opts[0] {
-		case header.TCPOptionEOL:
-			return true
-		case header.TCPOptionNOP:
-			opts = opts[1:]
-		case header.TCPOptionTS:
-			if len(opts) < header.TCPOptionTSLength {
-				return false
-			}
-			opts = opts[header.TCPOptionTSLength:]
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // WritePacket implements gstack.QueueingDiscipline.
 func (a *ackDelayer) WritePacket(pkt *gstack.PacketBuffer) tcpip.Error {
 	t := tcpHeader(pkt)
@@ -199,7 +173,7 @@ func (a *ackDelayer) WritePacket(pkt *gstack.PacketBuffer) tcpip.Error {
 		// to time (Options.Routing).
 		return a.next.WritePacket(pkt)
 	}
-	pure := pureACK(pkt, t)
+	pure := link.IsPureACK(t, len(t)+pkt.Data().Size())
 	// Any other segment matters only while an ACK is held or a pure ACK
 	// waits to see whether its flow answers: a bulk sender's segments
 	// pass with no lock and no clock (BenchmarkACKDelayer/data).

@@ -111,6 +111,25 @@ func TestACKDelayerRequestResponse(t *testing.T) {
 	require.Equal(t, []string{"A 100", "PA 100", "PA 200", "A 7", "A 300", "A 400", "A 500", "PA 500", "PA 600", "A 600", "FA 600"}, rec.sent())
 }
 
+// TestACKDelayerHoldsOnlyWellFormedTimestamps: an ACK whose timestamp
+// option has a bad length byte is no pure ACK (link.IsPureACK) and
+// leaves at once, where the same ACK with a proper option is held.
+func TestACKDelayerHoldsOnlyWellFormedTimestamps(t *testing.T) {
+	rec := &recordQdisc{}
+	a := newACKDelayer(rec, time.Hour) // the timer never fires here
+	defer a.Close()
+	segment(t, a, 1000, ack, 100, 0, nil)
+	segment(t, a, 1000, psh, 100, 1, nil) // request/response from now on
+	badTS := []byte{header.TCPOptionNOP, header.TCPOptionNOP, header.TCPOptionTS, 8, 0, 0, 0, 1, 0, 0, 0, 2}
+	segment(t, a, 1000, ack, 200, 0, badTS)
+	require.Equal(t, []string{"A 100", "PA 100", "A 200"}, rec.sent())
+	require.Zero(t, a.stats().Held)
+	ts := []byte{header.TCPOptionNOP, header.TCPOptionNOP, header.TCPOptionTS, header.TCPOptionTSLength, 0, 0, 0, 1, 0, 0, 0, 2}
+	segment(t, a, 1000, ack, 300, 0, ts)
+	require.Equal(t, uint64(1), a.stats().Held)
+	require.Equal(t, []string{"A 100", "PA 100", "A 200"}, rec.sent())
+}
+
 // TestACKDelayerExpires: a held ACK no segment carried leaves when the
 // delay runs out, and the flow's next ACK goes at once.
 func TestACKDelayerExpires(t *testing.T) {

@@ -23,6 +23,8 @@ var (
 	_ stack.GSOEndpoint  = (*Endpoint)(nil)
 	_ link.Reporter      = (*Endpoint)(nil)
 	_ link.Coalescer     = (*Endpoint)(nil)
+	_ link.CacheReporter = (*Endpoint)(nil)
+	_ link.ErrReporter   = (*Endpoint)(nil)
 )
 
 // ErrNotSupported is returned by New where AF_PACKET does not exist (any

@@ -18,9 +18,9 @@
 // wrapper drops the packet instead, as a NIC drops a frame whose FCS fails,
 // and counts it in CorruptDropped.
 //
-// The wrapper is transparent: the optional interfaces of the wrapped
-// endpoint (busy-poll source, writability signal, receive rounds, link and
-// cache counters, GSO, Err) are passed through, so wrapping a link never switches a
-// feature off. Users: ustack bench -impair (mem and device links), ustack
+// The wrapper is transparent: every optional interface of the wrapped
+// endpoint that link/doc.go lists (busy-poll source, writability signal,
+// receive rounds, link and cache counters, GSO, Err, coalescing) is passed
+// through, so wrapping a link never switches a feature off. Users: ustack bench -impair (mem and device links), ustack
 // serve -impair, stack/stacktest.Impaired, and the fault tests.
 package impair

@@ -4,10 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"errors"
 	"io"
 	"net/netip"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,13 +15,11 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 
-	"github.com/ustack-dev/ustack/cache"
 	"github.com/ustack-dev/ustack/internal/leakcheck"
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/impair"
 	"github.com/ustack-dev/ustack/link/linktest"
 	"github.com/ustack-dev/ustack/link/mem"
-	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
 	"github.com/ustack-dev/ustack/stack"
 )
@@ -425,112 +421,9 @@ func TestCloseCountsWhatItHeld(t *testing.T) {
 	require.Zero(t, s.Len())
 }
 
-// TestOptionalInterfacesPassThrough: every optional interface ustack or
-// gVisor looks for on a link endpoint by type assertion is visible through
-// the wrapper and reaches the wrapped endpoint.
-func TestOptionalInterfacesPassThrough(t *testing.T) {
-	lower := linktest.NewFeatured(nil)
-	lower.Stats = link.Stats{TXSyscalls: 7}
-	lower.Cache = cache.Stats{Hits: 5}
-	lower.GSOMax, lower.GSO = 65536, gstack.HostGSOSupported
-	lower.Error = errors.New("device gone")
-	lower.PollRound = 3
-	w, err := impair.Wrap(lower, &impair.Options{})
-	require.NoError(t, err)
-	t.Cleanup(w.Close)
-	var ep gstack.LinkEndpoint = w // what the stack holds
-
-	src, ok := ep.(poll.Source)
-	require.True(t, ok, "poll.Source (stack.AddNIC registers it for busy polling)")
-	src.BusyPollBegin()
-	require.Equal(t, 3, src.BusyPoll())
-	require.True(t, src.BusyPollWatchdog())
-	src.BusyPollEnd()
-	for _, m := range []string{"BusyPollBegin", "BusyPoll", "BusyPollWatchdog", "BusyPollEnd"} {
-		require.Equal(t, 1, lower.Calls(m), m)
-	}
-
-	n, ok := ep.(sched.WritableNotifier)
-	require.True(t, ok, "sched.WritableNotifier (a qdisc waits for it)")
-	signalled := false
-	n.NotifyWritable(func() { signalled = true })
-	require.True(t, lower.Writable(), "the callback reached the wrapped endpoint")
-	require.True(t, signalled)
-
-	rn, ok := ep.(sched.RoundNotifier)
-	require.True(t, ok, "sched.RoundNotifier (a qdisc flushes once per receive round)")
-	var begins, ends int
-	rn.NotifyRounds(func() { begins++ }, func() { ends++ })
-	require.Equal(t, 1, lower.Calls("NotifyRounds"))
-	require.True(t, lower.Round(func() {}), "the hooks reached the wrapped endpoint")
-	require.Equal(t, []int{1, 1}, []int{begins, ends})
-
-	r, ok := ep.(link.Reporter)
-	require.True(t, ok, "link.Reporter (stack.Stats reads it)")
-	require.EqualValues(t, 7, r.LinkStats().TXSyscalls)
-
-	g, ok := ep.(gstack.GSOEndpoint)
-	require.True(t, ok, "stack.GSOEndpoint (gVisor's routes read it)")
-	require.EqualValues(t, 65536, g.GSOMaxSize())
-	require.Equal(t, gstack.HostGSOSupported, g.SupportedGSO())
-
-	co, ok := ep.(link.Coalescer)
-	require.True(t, ok, "link.Coalescer (a forwarding stack turns GRO off)")
-	co.SetCoalescing(false)
-	require.False(t, lower.Coalescing.Load(), "the call reached the wrapped endpoint")
-
-	c, ok := ep.(interface{ CacheStats() cache.Stats })
-	require.True(t, ok, "CacheStats")
-	require.EqualValues(t, 5, c.CacheStats().Hits)
-
-	e, ok := ep.(interface{ Err() error })
-	require.True(t, ok, "Err")
-	require.EqualError(t, e.Err(), "device gone")
-
-	require.Same(t, lower, w.Unwrap())
-}
-
-// TestMissingInterfacesDegrade: over an endpoint with no optional
-// interface, the wrapper offers nothing to poll, no GSO, no counters, and
-// still signals writability after a refused write, from a timer, so a
-// qdisc never waits forever.
-func TestMissingInterfacesDegrade(t *testing.T) {
-	var refuse atomic.Bool
-	refuse.Store(true)
-	lower := linktest.NewEndpoint(&linktest.Writer{Take: func(n int) int {
-		if refuse.Load() {
-			return 0
-		}
-		return n
-	}})
-	w, err := impair.Wrap(lower, &impair.Options{})
-	require.NoError(t, err)
-	t.Cleanup(w.Close)
-	w.BusyPollBegin()
-	require.Zero(t, w.BusyPoll())
-	require.False(t, w.BusyPollWatchdog())
-	w.BusyPollEnd()
-	require.Zero(t, w.GSOMaxSize())
-	require.Equal(t, gstack.GSONotSupported, w.SupportedGSO())
-	require.Zero(t, w.CacheStats())
-	require.NoError(t, w.Err())
-
-	signal := make(chan struct{}, 1)
-	w.NotifyWritable(func() {
-		select {
-		case signal <- struct{}{}:
-		default:
-		}
-	})
-	require.Zero(t, send(t, w, 0, 1), "refused")
-	select {
-	case <-signal:
-	case <-time.After(time.Minute):
-		t.Fatal("no writability signal after a refused write")
-	}
-	refuse.Store(false)
-	require.Equal(t, 1, send(t, w, 0, 1))
-}
+// The optional interfaces' pass-through, with and without them on the
+// wrapped endpoint, is checked for every wrapper of the tree alike by
+// link/internal/optional's TestEveryWrapperIsTransparent.
 
 // TestBusyPollThroughWrapper: a stack with busy polling registers the
 // wrapper as a source, and a busy-polled round of the wrapped mem endpoint

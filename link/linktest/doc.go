@@ -10,12 +10,11 @@
 //     with a writability signal (sched.WritableNotifier);
 //   - Endpoint, a raw-IP stack.LinkEndpoint over a Writer into which a test
 //     injects received packets, with no optional interface, and Featured,
-//     the same with every optional interface ustack looks for (busy-poll
-//     source, writability signal, link and cache counters, GSO, Err), each
+//     the same with every optional interface link/doc.go lists, each
 //     call counted, to check that a wrapper passes them through.
 //
 // Users: the tests of link/mem (including its busy-poll tests),
-// link/impair, link/tun, link/afpacket and sched. Package poll's own tests
-// cannot use it, since it imports poll. The doubles are safe for
-// concurrent use and hold no goroutine.
+// link/impair, link/pcap, link/internal/optional, link/tun, link/afpacket
+// and sched. Package poll's own tests cannot use it, since it imports
+// poll. The doubles are safe for concurrent use and hold no goroutine.
 package linktest

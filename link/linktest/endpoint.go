@@ -15,15 +15,16 @@ import (
 )
 
 var (
-	_ stack.LinkEndpoint       = (*Endpoint)(nil)
-	_ stack.GSOEndpoint        = (*Featured)(nil)
-	_ link.Reporter            = (*Featured)(nil)
-	_ link.Coalescer           = (*Featured)(nil)
-	_ poll.Source              = (*Featured)(nil)
-	_ writableNotifier         = (*Featured)(nil)
-	_ writableNotifier         = NotifyingWriter{}
-	_ roundNotifier            = (*Featured)(nil)
-	_ interface{ Err() error } = (*Featured)(nil)
+	_ stack.LinkEndpoint = (*Endpoint)(nil)
+	_ stack.GSOEndpoint  = (*Featured)(nil)
+	_ link.Reporter      = (*Featured)(nil)
+	_ link.Coalescer     = (*Featured)(nil)
+	_ poll.Source        = (*Featured)(nil)
+	_ writableNotifier   = (*Featured)(nil)
+	_ writableNotifier   = NotifyingWriter{}
+	_ roundNotifier      = (*Featured)(nil)
+	_ link.CacheReporter = (*Featured)(nil)
+	_ link.ErrReporter   = (*Featured)(nil)
 )
 
 // writableNotifier is sched.WritableNotifier, which this package cannot
@@ -66,14 +67,22 @@ func NewEndpoint(w *Writer) *Endpoint {
 // Inject delivers a fresh IPv4-numbered packet with a copy of data to the
 // attached dispatcher and reports whether one was attached.
 func (e *Endpoint) Inject(data []byte) bool {
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(append([]byte(nil), data...))})
+	pkt.NetworkProtocolNumber = header.IPv4ProtocolNumber
+	defer pkt.DecRef()
+	return e.InjectPacket(header.IPv4ProtocolNumber, pkt)
+}
+
+// InjectPacket delivers pkt, a packet the test built (with its link
+// header already consumed, as an Ethernet endpoint's ParseHeader leaves
+// it, say), to the attached dispatcher as proto, and reports whether one
+// was attached. The caller keeps its reference.
+func (e *Endpoint) InjectPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) bool {
 	d := e.dispatcher.Load()
 	if d == nil || *d == nil {
 		return false
 	}
-	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(append([]byte(nil), data...))})
-	pkt.NetworkProtocolNumber = header.IPv4ProtocolNumber
-	(*d).DeliverNetworkPacket(header.IPv4ProtocolNumber, pkt)
-	pkt.DecRef()
+	(*d).DeliverNetworkPacket(proto, pkt)
 	return true
 }
 
@@ -159,11 +168,13 @@ func (e *Endpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 	return e.Writer.WritePackets(pkts)
 }
 
-// Featured is an Endpoint with every optional interface ustack or gVisor
-// finds on a link endpoint by type assertion: poll.Source,
-// sched.WritableNotifier, sched.RoundNotifier, link.Reporter,
-// link.Coalescer, stack.GSOEndpoint, CacheStats and Err. Each returns the value in the matching field and counts its calls
-// (Calls), so a test can check that a wrapper passes each one through.
+// Featured is an Endpoint with every optional interface that link/doc.go
+// lists (those ustack or gVisor finds on a link endpoint by type
+// assertion): poll.Source, sched.WritableNotifier, sched.RoundNotifier,
+// stack.GSOEndpoint, link.Coalescer, link.Reporter, link.CacheReporter
+// and link.ErrReporter. Each returns the value in the matching field and
+// counts its calls (Calls), so a test can check that a wrapper passes
+// each one through (link/internal/optional checks that it has them all).
 // Set the fields before use; it is then safe for concurrent use.
 type Featured struct {
 	*Endpoint
@@ -268,7 +279,7 @@ func (f *Featured) LinkStats() link.Stats { f.called("LinkStats"); return f.Stat
 // SetCoalescing implements link.Coalescer: it sets Coalescing.
 func (f *Featured) SetCoalescing(on bool) { f.called("SetCoalescing"); f.Coalescing.Store(on) }
 
-// CacheStats returns Cache, as afpacket's and tun's do their caches'.
+// CacheStats implements link.CacheReporter: Cache.
 func (f *Featured) CacheStats() cache.Stats { f.called("CacheStats"); return f.Cache }
 
 // GSOMaxSize implements stack.GSOEndpoint: GSOMax.
@@ -277,5 +288,5 @@ func (f *Featured) GSOMaxSize() uint32 { f.called("GSOMaxSize"); return f.GSOMax
 // SupportedGSO implements stack.GSOEndpoint: GSO.
 func (f *Featured) SupportedGSO() stack.SupportedGSO { f.called("SupportedGSO"); return f.GSO }
 
-// Err returns Error, as afpacket's and tun's report a device gone.
+// Err implements link.ErrReporter: Error.
 func (f *Featured) Err() error { f.called("Err"); return f.Error }

@@ -8,6 +8,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/seqnum"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
+
+	"github.com/ustack-dev/ustack/link"
 )
 
 // groBucketSize is how many packets one of GRO's buckets holds (gVisor's
@@ -255,10 +257,8 @@ func (g *GRO) releaseACK(f flowID) {
 
 // tcpFlowOf returns the TCP flow pkt belongs to (proto 0 if it is no
 // TCP segment with a plain IP header), its acknowledgement number, and
-// whether it is thinnable: a pure ACK (flags ACK alone, no payload) whose
-// options, if any, are timestamps and padding. An ACK with SACK blocks, a
-// DSACK or ECN flags carries news a later ACK does not repeat, and goes
-// up as it came.
+// whether it is thinnable: a pure ACK (link.IsPureACK). Anything else
+// carries news a later ACK does not repeat, and goes up as it came.
 func tcpFlowOf(pkt *stack.PacketBuffer) (flowID, seqnum.Value, bool) {
 	var (
 		f      flowID
@@ -302,24 +302,5 @@ func tcpFlowOf(pkt *stack.PacketBuffer) (flowID, seqnum.Value, bool) {
 	tcp := header.TCP(b[tcpOff:])
 	f.ports = uint32(tcp.SourcePort())<<16 | uint32(tcp.DestinationPort())
 	ack := seqnum.Value(tcp.AckNumber())
-	off := int(tcp.DataOffset())
-	if tcp.Flags() != header.TCPFlagAck || off != tcpLen || off < header.TCPMinimumSize {
-		return f, ack, false
-	}
-	for opts := tcp[header.TCPMinimumSize:off]; len(opts) > 0; {
-		switch opts[0] {
-		case header.TCPOptionEOL:
-			opts = nil
-		case header.TCPOptionNOP:
-			opts = opts[1:]
-		case header.TCPOptionTS:
-			if len(opts) < header.TCPOptionTSLength || opts[1] != header.TCPOptionTSLength {
-				return f, ack, false
-			}
-			opts = opts[header.TCPOptionTSLength:]
-		default:
-			return f, ack, false
-		}
-	}
-	return f, ack, true
+	return f, ack, link.IsPureACK(tcp, tcpLen)
 }

@@ -79,6 +79,9 @@ func (s ackSeg) build() *stack.PacketBuffer {
 func TestGROThinsACKs(t *testing.T) {
 	ts := []byte{header.TCPOptionNOP, header.TCPOptionNOP, header.TCPOptionTS, header.TCPOptionTSLength, 0, 0, 0, 1, 0, 0, 0, 2}
 	sack := []byte{header.TCPOptionNOP, header.TCPOptionNOP, header.TCPOptionSACK, 10, 0, 0, 0, 5, 0, 0, 0, 9}
+	// A timestamp option whose length byte says 8: not what a later ACK
+	// repeats, whatever it is (link.IsPureACK).
+	badTS := []byte{header.TCPOptionNOP, header.TCPOptionNOP, header.TCPOptionTS, 8, 0, 0, 0, 1, 0, 0, 0, 2}
 	for _, c := range []struct {
 		name  string
 		round []ackSeg
@@ -89,6 +92,8 @@ func TestGROThinsACKs(t *testing.T) {
 		{"duplicate ACKs", []ackSeg{{port: 1, ack: 100}, {port: 1, ack: 100}, {port: 1, ack: 100}}, []string{"1:100", "1:100", "1:100"}},
 		{"an older ACK after a newer", []ackSeg{{port: 1, ack: 200}, {port: 1, ack: 100}}, []string{"1:200", "1:100"}},
 		{"SACK blocks", []ackSeg{{port: 1, ack: 100}, {port: 1, ack: 200, opts: sack}, {port: 1, ack: 300, opts: sack}}, []string{"1:100", "1:200", "1:300"}},
+		{"a malformed timestamp option", []ackSeg{{port: 1, ack: 100}, {port: 1, ack: 200, opts: badTS}, {port: 1, ack: 300, opts: ts}}, []string{"1:100", "1:200", "1:300"}},
+		{"a malformed timestamp option, IPv6", []ackSeg{{port: 1, ack: 100, v6: true}, {port: 1, ack: 200, opts: badTS, v6: true}, {port: 1, ack: 300, v6: true}}, []string{"1:100", "1:200", "1:300"}},
 		{"ECE", []ackSeg{{port: 1, ack: 100}, {port: 1, ack: 200, flags: header.TCPFlagAck | header.TCPFlagEce}, {port: 1, ack: 300}}, []string{"1:100", "1:200", "1:300"}},
 		{"data between", []ackSeg{{port: 1, ack: 100}, {port: 1, ack: 200}, {port: 1, ack: 200, payload: 10, flags: header.TCPFlagAck | header.TCPFlagPsh}, {port: 1, ack: 300}, {port: 1, ack: 400}},
 			[]string{"1:200", "1:200+10", "1:400"}},
@@ -123,6 +128,9 @@ func TestGROThinsACKs(t *testing.T) {
 					pkt.DecRef()
 				}
 				g.Flush()
+				if n := heldBy(t, &g); n > 0 {
+					t.Fatalf("GRO on %v: %d packets still held after Flush", on, n)
+				}
 				want := c.want
 				if !on {
 					want = nil

@@ -4,7 +4,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -15,10 +19,11 @@ import (
 	"github.com/ustack-dev/ustack/internal/xfer"
 )
 
-// groBase is the first sequence number of the fuzzed flow.
+// groBase is the first sequence number of every fuzzed flow.
 const groBase = 1 << 31
 
-// groStream is the byte stream the fuzzed segments carry pieces of.
+// groStream is the byte stream the fuzzed segments carry pieces of (each
+// flow its own copy of it).
 var groStream = func() []byte {
 	b := make([]byte, 8192)
 	xfer.Pattern(7, int64(len(b))).Read(b)
@@ -26,72 +31,65 @@ var groStream = func() []byte {
 }()
 
 var (
-	groSrc = tcpip.AddrFrom4([4]byte{198, 18, 0, 1})
-	groDst = tcpip.AddrFrom4([4]byte{198, 18, 0, 2})
+	groSrc  = tcpip.AddrFrom4([4]byte{198, 18, 0, 1})
+	groDst  = tcpip.AddrFrom4([4]byte{198, 18, 0, 2})
+	groSrc6 = tcpip.AddrFrom16([16]byte{0: 0xfd, 15: 1})
+	groDst6 = tcpip.AddrFrom16([16]byte{0: 0xfd, 15: 2})
 )
 
-// recorder is a dispatcher that records what a TCP receiver would learn
-// from the packets delivered to it: which stream bytes arrived (checking
-// each against the stream), and where SYN, RST and FIN were.
-type recorder struct {
-	t       testing.TB
-	packets int
-	bytes   map[uint32]bool
-	marks   map[string]bool
+// groFlow is one direction of a TCP flow of the GRO tests, told apart by
+// IP version and source port.
+type groFlow struct {
+	v6    bool
+	sport uint16
 }
 
-func newRecorder(t testing.TB) *recorder {
-	return &recorder{t: t, bytes: map[uint32]bool{}, marks: map[string]bool{}}
+func (f groFlow) String() string {
+	if f.v6 {
+		return fmt.Sprintf("IPv6:%d", f.sport)
+	}
+	return fmt.Sprintf("IPv4:%d", f.sport)
 }
 
-func (r *recorder) DeliverNetworkPacket(_ tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
-	r.packets++
-	buf := pkt.ToBuffer()
-	b := buf.Flatten()
-	buf.Release()
-	ip := header.IPv4(b)
-	if !ip.IsValid(len(b)) || int(ip.TotalLength()) != len(b) {
-		r.t.Fatalf("delivered a packet whose IPv4 header does not match its %d bytes", len(b))
-	}
-	tcp := header.TCP(ip.Payload())
-	seq, flags, payload := tcp.SequenceNumber(), tcp.Flags(), tcp.Payload()
-	for i, c := range payload {
-		at := seq + uint32(i)
-		if want := groStream[at-groBase]; c != want {
-			r.t.Fatalf("byte at sequence %d is %#x, the stream has %#x", at, c, want)
-		}
-		r.bytes[at] = true
-	}
-	end := seq + uint32(len(payload))
-	for _, m := range []struct {
-		flag header.TCPFlags
-		name string
-		at   uint32
-	}{{header.TCPFlagSyn, "syn", seq}, {header.TCPFlagRst, "rst", seq}, {header.TCPFlagFin, "fin", end}} {
-		if flags&m.flag != 0 {
-			r.marks[fmt.Sprintf("%s@%d/ack%d", m.name, m.at, tcp.AckNumber())] = true
-		}
-	}
-}
+// groFlows are the flows of the GRO tests. gVisor's GRO puts a flow in
+// the bucket of the sum of its address bytes and ports, modulo 8, and its
+// Flush empties each bucket of only its oldest packet: the first two
+// flows, ports 8 apart, share a bucket, so a Flush that empties each
+// bucket once leaves the second held. The third is in a bucket of its
+// own. The fourth is IPv6, which GRO passes up at once, but whose pure
+// ACKs it holds and thins as IPv4's.
+var groFlows = [...]groFlow{{sport: 40000}, {sport: 40008}, {sport: 40001}, {v6: true, sport: 40000}}
 
-func (*recorder) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {}
-
-// tcpSegment builds an IPv4 TCP segment of one flow with seq and payload
-// and right checksums.
-func tcpSegment(seq uint32, flags header.TCPFlags, payload []byte) []byte {
-	b := make([]byte, header.IPv4MinimumSize+header.TCPMinimumSize+len(payload))
-	ip := header.IPv4(b)
-	ip.Encode(&header.IPv4Fields{
-		TotalLength: uint16(len(b)),
-		TTL:         64,
-		Protocol:    uint8(header.TCPProtocolNumber),
-		SrcAddr:     groSrc,
-		DstAddr:     groDst,
-	})
-	ip.SetChecksum(^ip.CalculateChecksum())
-	tcp := header.TCP(b[header.IPv4MinimumSize:])
+// tcpSegment builds a TCP segment of flow f with seq and payload and
+// right checksums.
+func tcpSegment(f groFlow, seq uint32, flags header.TCPFlags, payload []byte) []byte {
+	ipLen := header.IPv4MinimumSize
+	if f.v6 {
+		ipLen = header.IPv6MinimumSize
+	}
+	b := make([]byte, ipLen+header.TCPMinimumSize+len(payload))
+	if f.v6 {
+		header.IPv6(b).Encode(&header.IPv6Fields{
+			PayloadLength:     uint16(len(b) - ipLen),
+			TransportProtocol: header.TCPProtocolNumber,
+			HopLimit:          64,
+			SrcAddr:           groSrc6,
+			DstAddr:           groDst6,
+		})
+	} else {
+		ip := header.IPv4(b)
+		ip.Encode(&header.IPv4Fields{
+			TotalLength: uint16(len(b)),
+			TTL:         64,
+			Protocol:    uint8(header.TCPProtocolNumber),
+			SrcAddr:     groSrc,
+			DstAddr:     groDst,
+		})
+		ip.SetChecksum(^ip.CalculateChecksum())
+	}
+	tcp := header.TCP(b[ipLen:])
 	tcp.Encode(&header.TCPFields{
-		SrcPort: 40000, DstPort: 5001, SeqNum: seq, AckNum: 1,
+		SrcPort: f.sport, DstPort: 5001, SeqNum: seq, AckNum: 1,
 		DataOffset: header.TCPMinimumSize, Flags: flags, WindowSize: 65535,
 	})
 	copy(tcp.Payload(), payload)
@@ -99,20 +97,113 @@ func tcpSegment(seq uint32, flags header.TCPFlags, payload []byte) []byte {
 	return b
 }
 
-// resum recomputes the TCP checksum of an IPv4 segment after an edit.
+// parseSegment splits an IPv4 or IPv6 TCP segment built by tcpSegment
+// (or merged from such) into its flow, addresses and TCP part.
+func parseSegment(b []byte) (f groFlow, src, dst tcpip.Address, tcp header.TCP, ok bool) {
+	switch header.IPVersion(b) {
+	case header.IPv4Version:
+		ip := header.IPv4(b)
+		if !ip.IsValid(len(b)) || int(ip.TotalLength()) != len(b) {
+			return f, src, dst, nil, false
+		}
+		tcp = header.TCP(ip.Payload())
+		src, dst = ip.SourceAddress(), ip.DestinationAddress()
+	case header.IPv6Version:
+		ip := header.IPv6(b)
+		if !ip.IsValid(len(b)) || header.IPv6MinimumSize+int(ip.PayloadLength()) != len(b) {
+			return f, src, dst, nil, false
+		}
+		tcp = header.TCP(ip.Payload())
+		src, dst, f.v6 = ip.SourceAddress(), ip.DestinationAddress(), true
+	default:
+		return f, src, dst, nil, false
+	}
+	if len(tcp) < header.TCPMinimumSize {
+		return f, src, dst, nil, false
+	}
+	f.sport = tcp.SourcePort()
+	return f, src, dst, tcp, true
+}
+
+// resum recomputes the TCP checksum of a segment after an edit.
 func resum(seg []byte) {
-	ip := header.IPv4(seg)
-	tcp := header.TCP(ip.Payload())
+	_, src, dst, tcp, _ := parseSegment(seg)
 	tcp.SetChecksum(0)
-	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, ip.SourceAddress(), ip.DestinationAddress(), uint16(len(tcp)))
+	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, src, dst, uint16(len(tcp)))
 	tcp.SetChecksum(^checksum.Checksum(tcp, xsum))
 }
 
-// groSegments turns fuzz input into rounds of segments of one flow, four
-// bytes a segment: where in the stream it starts (two bytes), how long it
-// is, and its flags (PSH, FIN, RST, SYN, URG, CWR, a round ending after
-// it, and a different ACK number). Reordered, overlapping and duplicate
-// segments all come out of it.
+// run is a stretch of consecutive stream bytes, [start, end) in sequence
+// space, delivered one after the other.
+type run struct{ start, end uint32 }
+
+// recorder is a dispatcher that records what a TCP receiver would learn
+// from the packets delivered to it: which stream bytes of each flow
+// arrived, in the order they arrived (checking each against the stream),
+// and where SYN, RST and FIN were. Fed the segments of a round as they
+// came (record), it is what the round must deliver: GRO merges only
+// segments that continue each other, so each flow's bytes reach TCP in
+// the order they came, whatever it merged.
+type recorder struct {
+	t       testing.TB
+	packets int
+	runs    map[groFlow][]run
+	marks   map[string]bool
+}
+
+func newRecorder(t testing.TB) *recorder {
+	return &recorder{t: t, runs: map[groFlow][]run{}, marks: map[string]bool{}}
+}
+
+func (r *recorder) DeliverNetworkPacket(_ tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	buf := pkt.ToBuffer()
+	b := buf.Flatten()
+	buf.Release()
+	r.record(b)
+}
+
+func (*recorder) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) {}
+
+// record notes one segment as delivered.
+func (r *recorder) record(b []byte) {
+	r.packets++
+	f, _, _, tcp, ok := parseSegment(b)
+	if !ok {
+		r.t.Fatalf("delivered a packet whose IP header does not match its %d bytes", len(b))
+	}
+	seq, flags, payload := tcp.SequenceNumber(), tcp.Flags(), tcp.Payload()
+	for i, c := range payload {
+		at := seq + uint32(i)
+		if want := groStream[at-groBase]; c != want {
+			r.t.Fatalf("flow %v: byte at sequence %d is %#x, the stream has %#x", f, at, c, want)
+		}
+	}
+	end := seq + uint32(len(payload))
+	if runs := r.runs[f]; len(payload) > 0 {
+		if n := len(runs); n > 0 && runs[n-1].end == seq {
+			runs[n-1].end = end
+		} else {
+			r.runs[f] = append(runs, run{seq, end})
+		}
+	}
+	for _, m := range []struct {
+		flag header.TCPFlags
+		name string
+		at   uint32
+	}{{header.TCPFlagSyn, "syn", seq}, {header.TCPFlagRst, "rst", seq}, {header.TCPFlagFin, "fin", end}} {
+		if flags&m.flag != 0 {
+			r.marks[fmt.Sprintf("%v %s@%d/ack%d", f, m.name, m.at, tcp.AckNumber())] = true
+		}
+	}
+}
+
+// groSegments turns fuzz input into rounds of segments, four bytes a
+// segment: its flow and where in the stream it starts (two bytes: the
+// start modulo 6000, the flow of groFlows by the rest), how long it is,
+// and its flags (PSH, FIN, RST, SYN, URG, CWR, a round ending after it,
+// and a different ACK number). Reordered, overlapping and duplicate
+// segments, pure ACKs (no payload, no flag) and the flows of one round
+// sharing gVisor's GRO buckets all come out of it.
 func groSegments(data []byte) [][][]byte {
 	var (
 		rounds [][][]byte
@@ -120,7 +211,8 @@ func groSegments(data []byte) [][][]byte {
 		n      int
 	)
 	for ; len(data) >= 4 && n < 128; data = data[4:] {
-		start := int(binary.BigEndian.Uint16(data)) % 6000
+		v := int(binary.BigEndian.Uint16(data))
+		start, flow := v%6000, groFlows[v/6000%len(groFlows)]
 		size := int(data[2]) * 6 % 1401
 		f := data[3]
 		flags := header.TCPFlagAck
@@ -129,9 +221,10 @@ func groSegments(data []byte) [][][]byte {
 				flags |= flag
 			}
 		}
-		seg := tcpSegment(uint32(groBase+start), flags, groStream[start:start+size])
+		seg := tcpSegment(flow, uint32(groBase+start), flags, groStream[start:start+size])
 		if f&0x80 != 0 {
-			header.TCP(seg[header.IPv4MinimumSize:]).SetAckNumber(2)
+			_, _, _, tcp, _ := parseSegment(seg)
+			tcp.SetAckNumber(2)
 			resum(seg)
 		}
 		cur = append(cur, seg)
@@ -147,87 +240,184 @@ func groSegments(data []byte) [][][]byte {
 	return rounds
 }
 
+// groSeed encodes segments as groSegments reads them: flow is an index
+// into groFlows, start the stream offset (below 6000), size the payload
+// in units of 6 bytes (230: 1380 bytes), f the flag byte.
+type groSeed struct {
+	flow, start int
+	size, f     byte
+}
+
+func groInput(segs ...groSeed) []byte {
+	var b []byte
+	for _, s := range segs {
+		b = binary.BigEndian.AppendUint16(b, uint16(s.flow*6000+s.start))
+		b = append(b, s.size, s.f)
+	}
+	return b
+}
+
 // deliverRound runs one receive round of segs through g into d.
 func deliverRound(g *GRO, d stack.NetworkDispatcher, segs [][]byte) {
 	g.Begin(d)
 	for _, s := range segs {
-		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(s)})
-		pkt.NetworkProtocolNumber = header.IPv4ProtocolNumber
-		pkt.RXChecksumValidated = true
-		g.Enqueue(pkt)
-		pkt.DecRef()
+		enqueue(g, s)
 	}
 	g.Flush()
 }
 
-// FuzzGRO runs rounds of fuzzed segments of a flow through a GRO that
-// coalesces and one that does not, and checks after every round that the
-// receiver has learnt the same from both: the same stream bytes (each
-// equal to the stream), the same SYN, RST and FIN positions, in no more
-// packets. Checking after every round also checks that nothing is held
-// past a round's Flush.
-func FuzzGRO(f *testing.F) {
-	seed := func(segs ...[4]byte) []byte {
-		var b []byte
-		for _, s := range segs {
-			b = append(b, s[:]...)
-		}
-		return b
+// enqueue hands g the IPv4 or IPv6 segment s, as a receive round does.
+func enqueue(g *GRO, s []byte) {
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(s)})
+	pkt.NetworkProtocolNumber = header.IPv4ProtocolNumber
+	if header.IPVersion(s) == header.IPv6Version {
+		pkt.NetworkProtocolNumber = header.IPv6ProtocolNumber
 	}
+	pkt.RXChecksumValidated = true
+	g.Enqueue(pkt)
+	pkt.DecRef()
+}
+
+// heldBy returns how many packets g holds: pure ACKs waiting for the
+// round's end, and packets in gVisor's GRO buckets, read from its
+// String, the only view it gives of them ("bucket 3: 2 packets: ...").
+// It fails t if that view cannot be read.
+func heldBy(t testing.TB, g *GRO) int {
+	t.Helper()
+	n, buckets := g.nacks, 0
+	for _, line := range strings.Split(g.g.String(), "\n") {
+		var b, c int
+		if _, err := fmt.Sscanf(line, "bucket %d: %d packets", &b, &c); err == nil {
+			n += c
+			buckets++
+		}
+	}
+	if buckets == 0 {
+		t.Fatalf("gVisor's GRO state lists no bucket: %q", g.g.String())
+	}
+	return n
+}
+
+// checkRound fails t unless g holds nothing after the round's Flush and
+// got has learnt, of every flow, what want has.
+func checkRound(t testing.TB, round int, g *GRO, got, want *recorder) {
+	t.Helper()
+	if n := heldBy(t, g); n > 0 {
+		t.Fatalf("after round %d's Flush, GRO (on %v) still holds %d packets", round, g.on, n)
+	}
+	for _, f := range groFlows {
+		if !slices.Equal(got.runs[f], want.runs[f]) {
+			t.Fatalf("after round %d, GRO (on %v): flow %v delivered the stream bytes %v, in that order; it was sent %v", round, g.on, f, got.runs[f], want.runs[f])
+		}
+	}
+	if !maps.Equal(got.marks, want.marks) {
+		t.Fatalf("after round %d, GRO (on %v): delivered flags %v, sent %v", round, g.on, got.marks, want.marks)
+	}
+	if got.packets > want.packets {
+		t.Fatalf("after round %d, GRO (on %v): delivered %d packets, more than the %d sent", round, g.on, got.packets, want.packets)
+	}
+}
+
+// FuzzGRO runs rounds of fuzzed segments of several flows through a GRO
+// that coalesces and one that does not, and checks after every round's
+// Flush that neither holds a packet and that the receiver has learnt from
+// each what the segments as sent tell: every flow's stream bytes (each
+// equal to the stream) in the order they were sent, the same SYN, RST and
+// FIN positions, in no more packets.
+func FuzzGRO(f *testing.F) {
+	full := byte(230) // 1380 bytes
 	// In order, full-sized: merges to one packet.
-	f.Add(seed([4]byte{0, 0, 230, 0}, [4]byte{0x05, 0x64, 230, 0}, [4]byte{0x0a, 0xc8, 230, 0}))
+	f.Add(groInput(groSeed{0, 0, full, 0}, groSeed{0, 1380, full, 0}, groSeed{0, 2760, full, 0}))
 	// The same, split over two rounds.
-	f.Add(seed([4]byte{0, 0, 230, 0}, [4]byte{0x05, 0x64, 230, 0x40}, [4]byte{0x0a, 0xc8, 230, 0}))
+	f.Add(groInput(groSeed{0, 0, full, 0}, groSeed{0, 1380, full, 0x40}, groSeed{0, 2760, full, 0}))
 	// Reordered, duplicated, overlapping.
-	f.Add(seed([4]byte{0x05, 0x64, 230, 0}, [4]byte{0, 0, 230, 0}, [4]byte{0, 0, 230, 0}, [4]byte{0x02, 0x00, 230, 0}))
+	f.Add(groInput(groSeed{0, 1380, full, 0}, groSeed{0, 0, full, 0}, groSeed{0, 0, full, 0}, groSeed{0, 512, full, 0}))
 	// Flags in the middle: PSH, FIN, RST, SYN, a changed ACK.
-	f.Add(seed([4]byte{0, 0, 230, 1}, [4]byte{0x05, 0x64, 230, 2}, [4]byte{0x0a, 0xc8, 230, 4}, [4]byte{0x10, 0x2c, 230, 8}, [4]byte{0x15, 0x90, 230, 0x80}))
+	f.Add(groInput(groSeed{0, 0, full, 1}, groSeed{0, 1380, full, 2}, groSeed{0, 2760, full, 4}, groSeed{0, 4140, full, 8}, groSeed{0, 5520, full, 0x80}))
 	// Empty segments and a short one between full ones.
-	f.Add(seed([4]byte{0, 0, 0, 0}, [4]byte{0, 0, 230, 0}, [4]byte{0x05, 0x64, 10, 0}, [4]byte{0x05, 0xa0, 230, 0}))
+	f.Add(groInput(groSeed{0, 0, 0, 0}, groSeed{0, 0, full, 0}, groSeed{0, 1380, 10, 0}, groSeed{0, 1440, full, 0}))
+	// Every flow in one round, interleaved: the two that share a bucket
+	// are both held until Flush.
+	f.Add(groInput(groSeed{0, 0, full, 0}, groSeed{1, 0, full, 0}, groSeed{2, 0, full, 0}, groSeed{3, 0, full, 0},
+		groSeed{0, 1380, full, 0}, groSeed{1, 1380, full, 0}, groSeed{2, 1380, full, 0}, groSeed{3, 1380, full, 0}))
+	// Pure ACKs of every flow, the later ones acknowledging more, between
+	// data of the bucket-sharing flows; then a round of the same.
+	f.Add(groInput(groSeed{2, 0, 0, 0}, groSeed{3, 0, 0, 0}, groSeed{0, 0, full, 0}, groSeed{1, 0, full, 0},
+		groSeed{2, 0, 0, 0x80}, groSeed{3, 0, 0, 0x80}, groSeed{0, 0, 0, 0}, groSeed{1, 0, 0, 0x40},
+		groSeed{1, 1380, full, 0}, groSeed{0, 1380, full, 0}, groSeed{2, 0, 0, 0}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var on, off GRO
 		on.Init(true)
 		off.Init(false)
-		ron, roff := newRecorder(t), newRecorder(t)
+		ron, roff, sent := newRecorder(t), newRecorder(t), newRecorder(t)
 		for i, segs := range groSegments(data) {
+			for _, s := range segs {
+				sent.record(s)
+			}
 			deliverRound(&on, ron, segs)
 			deliverRound(&off, roff, segs)
-			if !maps.Equal(ron.bytes, roff.bytes) {
-				t.Fatalf("after round %d: GRO on delivered %d stream bytes, off %d", i, len(ron.bytes), len(roff.bytes))
-			}
-			if !maps.Equal(ron.marks, roff.marks) {
-				t.Fatalf("after round %d: GRO on delivered flags %v, off %v", i, ron.marks, roff.marks)
-			}
-			if ron.packets > roff.packets {
-				t.Fatalf("after round %d: GRO on delivered %d packets, more than the %d without it", i, ron.packets, roff.packets)
+			checkRound(t, i, &on, ron, sent)
+			checkRound(t, i, &off, roff, sent)
+			if roff.packets != sent.packets {
+				t.Fatalf("after round %d: GRO off delivered %d packets of the %d sent", i, roff.packets, sent.packets)
 			}
 		}
 	})
 }
 
-// TestGROMerges checks that the fuzz target's premise holds: in-order
-// full segments of one flow do merge within a round, and not across
-// rounds, so FuzzGRO compares merged deliveries, not the same packets
-// twice.
+// groMixedRound is one receive round of every flow of groFlows: three
+// in-order full segments each, interleaved, then two growing pure ACKs
+// of the third flow and of the IPv6 flow, interleaved too.
+func groMixedRound() [][]byte {
+	var segs []groSeed
+	for i := range 3 {
+		for fl := range groFlows {
+			segs = append(segs, groSeed{fl, i * 1380, 230, 0})
+		}
+	}
+	segs = append(segs, groSeed{2, 0, 0, 0}, groSeed{3, 0, 0, 0}, groSeed{2, 0, 0, 0x80}, groSeed{3, 0, 0, 0x80})
+	return groSegments(groInput(segs...))[0]
+}
+
+// TestGROMerges checks what FuzzGRO relies on, in one round of every
+// flow (groMixedRound): before Flush, GRO holds packets of several flows,
+// two of them in one gVisor bucket; after it, nothing; in-order full
+// segments of an IPv4 flow merge into one packet within a round, and
+// not across rounds; IPv6 passes up as it came; and every flow's bytes
+// arrive in the order they were sent. So FuzzGRO compares merged
+// deliveries, not the same packets twice, and a Flush that leaves a
+// packet held fails it.
 func TestGROMerges(t *testing.T) {
+	round := groMixedRound()
 	for _, c := range []struct {
-		name    string
-		in      []byte
+		name   string
+		rounds [][][]byte
+		// packets is what arrives: per IPv4 flow one packet a round,
+		// per IPv6 segment one, and of each flow's two pure ACKs the
+		// later.
 		packets int
 	}{
-		{"one round", []byte{0, 0, 230, 0, 0x05, 0x64, 230, 0, 0x0a, 0xc8, 230, 0}, 1},
-		{"two rounds", []byte{0, 0, 230, 0, 0x05, 0x64, 230, 0x40, 0x0a, 0xc8, 230, 0}, 2},
+		{"one round", [][][]byte{round}, 3 + 3 + 2},
+		{"two rounds", [][][]byte{round[:7], round[7:]}, 6 + 3 + 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var g GRO
 			g.Init(true)
-			r := newRecorder(t)
-			for _, segs := range groSegments(c.in) {
-				deliverRound(&g, r, segs)
+			got, sent := newRecorder(t), newRecorder(t)
+			for i, segs := range c.rounds {
+				g.Begin(got)
+				for _, s := range segs {
+					sent.record(s)
+					enqueue(&g, s)
+				}
+				require.GreaterOrEqual(t, heldBy(t, &g), 3, "round %d: before Flush, the three IPv4 flows are held", i)
+				g.Flush()
+				checkRound(t, i, &g, got, sent)
 			}
-			if r.packets != c.packets || len(r.bytes) != 3*1380 {
-				t.Fatalf("3 in-order segments of 1380 bytes: delivered %d packets with %d bytes, want %d with %d", r.packets, len(r.bytes), c.packets, 3*1380)
+			for _, f := range groFlows {
+				require.Equal(t, []run{{groBase, groBase + 3*1380}}, got.runs[f], "flow %v", f)
 			}
+			require.Equal(t, c.packets, got.packets)
 		})
 	}
 }
@@ -237,17 +427,19 @@ func TestGROMerges(t *testing.T) {
 func TestGROSetCoalescing(t *testing.T) {
 	var g GRO
 	g.Init(true)
-	round := groSegments([]byte{0, 0, 230, 0, 0x05, 0x64, 230, 0, 0x0a, 0xc8, 230, 0})[0]
+	round := groMixedRound()
 	for _, c := range []struct {
 		on      bool
 		packets int
-	}{{true, 1}, {false, 3}, {true, 1}} {
+	}{{true, 8}, {false, len(round)}, {true, 8}} {
 		g.SetCoalescing(c.on)
-		r := newRecorder(t)
-		deliverRound(&g, r, round)
-		if r.packets != c.packets || len(r.bytes) != 3*1380 {
-			t.Fatalf("coalescing %v: 3 in-order segments of 1380 bytes went up as %d packets with %d bytes, want %d with %d", c.on, r.packets, len(r.bytes), c.packets, 3*1380)
+		got, sent := newRecorder(t), newRecorder(t)
+		for _, s := range round {
+			sent.record(s)
 		}
+		deliverRound(&g, got, round)
+		checkRound(t, 0, &g, got, sent)
+		require.Equal(t, c.packets, got.packets, "coalescing %v", c.on)
 	}
 }
 
@@ -255,24 +447,13 @@ func TestGROSetCoalescing(t *testing.T) {
 // leave no buffer referenced (TestMain's leak check fails otherwise, as
 // it does when they go through gVisor's GRO).
 func TestGROIPv6PassesThrough(t *testing.T) {
-	src := tcpip.AddrFrom16([16]byte{0: 0xfd, 15: 1})
-	dst := tcpip.AddrFrom16([16]byte{0: 0xfd, 15: 2})
 	var g GRO
 	g.Init(true)
 	d := &countDispatcher{}
 	g.Begin(d)
 	for i := range 3 {
-		b := make([]byte, header.IPv6MinimumSize+header.TCPMinimumSize+100)
-		header.IPv6(b).Encode(&header.IPv6Fields{PayloadLength: uint16(len(b) - header.IPv6MinimumSize), TransportProtocol: header.TCPProtocolNumber, HopLimit: 64, SrcAddr: src, DstAddr: dst})
-		header.TCP(b[header.IPv6MinimumSize:]).Encode(&header.TCPFields{SrcPort: 1, DstPort: 2, SeqNum: uint32(i * 100), DataOffset: header.TCPMinimumSize, Flags: header.TCPFlagAck})
-		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(b)})
-		pkt.NetworkProtocolNumber = header.IPv6ProtocolNumber
-		pkt.RXChecksumValidated = true
-		g.Enqueue(pkt)
-		pkt.DecRef()
-		if d.n != i+1 {
-			t.Fatalf("after %d IPv6 segments, %d delivered", i+1, d.n)
-		}
+		enqueue(&g, tcpSegment(groFlows[3], uint32(groBase+i*100), header.TCPFlagAck, groStream[i*100:(i+1)*100]))
+		require.Equal(t, i+1, d.n, "IPv6 segments delivered at once")
 	}
 	g.Flush()
 }
@@ -283,7 +464,7 @@ func TestGROIPv6PassesThrough(t *testing.T) {
 func BenchmarkGRO(b *testing.B) {
 	segs := make([][]byte, 64)
 	for i := range segs {
-		segs[i] = tcpSegment(uint32(groBase+i*1448), header.TCPFlagAck, make([]byte, 1448))
+		segs[i] = tcpSegment(groFlows[0], uint32(groBase+i*1448), header.TCPFlagAck, make([]byte, 1448))
 	}
 	for _, on := range []bool{false, true} {
 		b.Run(fmt.Sprintf("on=%v", on), func(b *testing.B) {
