@@ -40,9 +40,7 @@ func TestTunRXRingDeviceMTURaised(t *testing.T) {
 	}))
 	defer e.Close()
 	q := e.queues[0]
-	if q.rxRing == nil {
-		t.Skip("this kernel offers no io_uring")
-	}
+	requireRing(t, q.rxRing != nil)
 	s := linktest.NewSink()
 	e.AttachAndStart(s, func() {}) // rounds are driven by hand
 	fd := uintptr(queueFD(q))
