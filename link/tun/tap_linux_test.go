@@ -509,3 +509,47 @@ func TestTapOpenFD(t *testing.T) {
 	require.Equal(t, flat(pkt), out[vnet.HeaderSize:])
 	require.Equal(t, kernelMAC, header.Ethernet(out[vnet.HeaderSize:]).DestinationAddress())
 }
+
+// FuzzTapReceive: nothing a TAP device hands over panics the receive path;
+// every packet delivered is IPv4, IPv6 or ARP with its Ethernet header
+// consumed and a packet type that is not another host's, its payload no
+// larger than what was read; and every frame is accounted for once.
+func FuzzTapReceive(f *testing.F) {
+	valid := vnet.Header{Flags: vnet.FlagDataValid}
+	super, h := udpSuper(false, make([]byte, 2500))
+	uso, usoH := withLink(ethHeader(header.IPv4ProtocolNumber), super, h)
+	f.Add(frame(usoH, uso))
+	f.Add(frame(vnet.Header{}, ethFrame(ustackMAC, header.IPv4ProtocolNumber, tcp4Packet([]byte("seed"), 1))))
+	f.Add(frame(valid, ethFrame(header.EthernetBroadcastAddress, header.ARPProtocolNumber, arpRequest())))
+	f.Add(frame(valid, ethFrame(header.EthernetAddressFromMulticastIPv6Address(tcpip.AddrFrom16([16]byte{0xff, 0x02, 15: 1})), header.IPv6ProtocolNumber, udp6Packet(tcpip.AddrFrom16([16]byte{0xff, 0x02, 15: 1}), []byte("nd")))))
+	f.Add(frame(vnet.Header{Flags: vnet.FlagNeedsCsum, GSOType: vnet.GSOTCPv4, GSOSize: 100, HdrLen: 14 + 40, CsumStart: 14 + 20, CsumOffset: 16}, ethFrame(ustackMAC, header.IPv4ProtocolNumber, tcp4Packet(make([]byte, 500), 2))))
+	f.Add([]byte{0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, _ := pairEndpoint(t, 1, fullOffloads, tapOptions(nil))
+		q := e.queues[0]
+		r := linktest.NewSink()
+		e.AttachAndStart(r, func() {}) // deliver without starting the receive goroutines
+		receiveOne(q, b)
+		for _, p := range r.Packets() {
+			switch p.Proto {
+			case header.IPv4ProtocolNumber, header.IPv6ProtocolNumber, header.ARPProtocolNumber:
+			default:
+				t.Fatalf("delivered a packet of protocol %#x", p.Proto)
+			}
+			if len(p.LinkHeader) != header.EthernetMinimumSize {
+				t.Fatalf("delivered with a %d-byte link header", len(p.LinkHeader))
+			}
+			if p.PktType == tcpip.PacketOtherHost {
+				t.Fatal("delivered another host's frame")
+			}
+			if len(p.Data) > len(b) {
+				t.Fatalf("delivered %d bytes from a %d-byte read", len(p.Data), len(b))
+			}
+		}
+		s := e.LinkStats()
+		dropped := s.RXErrors + s.RXBadChecksum + s.RXMalformed
+		if !(dropped == 1 && s.RXPackets == 0) && !(dropped == 0 && s.RXPackets >= 1) {
+			t.Fatalf("frame counted %d times as dropped and delivered as %d packets: %+v", dropped, s.RXPackets, s)
+		}
+	})
+}
