@@ -216,7 +216,8 @@ func kernelPing(tb testing.TB, k *netns.NS, dst netip.Addr) {
 // discovery both ways (each side's neighbour entry holds the other's
 // MAC), ICMP echo both ways, a checked TCP transfer each way over each IP
 // version (ustack dials over IPv4, the kernel over IPv6) and a UDP echo
-// exchange of every size, fragments included.
+// exchange of every size, fragments included, and a UDP_SEGMENT send
+// (USO, where negotiated).
 func TestTapKernel(t *testing.T) {
 	tunRequirePrivilege(t)
 	for _, origin := range []tapOrigin{tapCreated, tapPersistent, tapAdopted} {
@@ -247,6 +248,16 @@ func TestTapKernel(t *testing.T) {
 				n.transfer(t, tapKernel6.Addr(), tapUstack6.Addr(), 5022, false, tunSmallSize/4)
 				udpEchoFromUstack(t, n.k, n.s, tapKernel4.Addr())
 				udpEchoFromUstack(t, n.k, n.s, tapKernel6.Addr())
+				// One UDP_SEGMENT send: with USO negotiated the kernel hands
+				// over one super-packet, split here behind its Ethernet
+				// header; without, the kernel splits.
+				split, datagrams := tunSendUSO(t, n, tapKernel6.Addr(), tapUstack6.Addr())
+				if off.USO4 && off.USO6 {
+					require.Equal(t, uint64(1), split, "the kernel handed over one super-packet")
+					require.Equal(t, uint64(tunUSOCount), datagrams)
+				} else {
+					require.Zero(t, split)
+				}
 				tunCheckClean(t, n.ep)
 				if off.TSO() {
 					ofs := n.ep.OffloadStats()
