@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -581,47 +580,14 @@ func withoutEnv(env []string, name string) []string {
 // gives it the sandbox's addresses, MTU and routes, brings it and lo up,
 // and returns its descriptor.
 func createTUN(spec *helperSpec) (int, string, error) {
-	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	dev, err := tun.Create(spec.Device, &tun.Options{NoOffload: spec.NoOffload, MTU: spec.MTU, Addrs: spec.Addrs})
 	if err != nil {
-		return -1, "", fmt.Errorf("sandbox: open /dev/net/tun: %w: without root the device must be usable by everyone (mode 0666, as distributions ship it: chmod 0666 /dev/net/tun)", err)
+		return -1, "", fmt.Errorf("sandbox: %w", err)
 	}
-	ifr, err := unix.NewIfreq(spec.Device)
-	if err != nil {
-		unix.Close(fd)
-		return -1, "", fmt.Errorf("sandbox: device name %q: %w", spec.Device, err)
-	}
-	flags := uint16(unix.IFF_TUN | unix.IFF_NO_PI)
-	if !spec.NoOffload {
-		flags |= unix.IFF_VNET_HDR
-	}
-	ifr.SetUint16(flags)
-	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
-		unix.Close(fd)
-		return -1, "", fmt.Errorf("sandbox: create TUN device %s in the namespace: %w: the helper lacks CAP_NET_ADMIN over the namespace (is its user namespace ours?)", spec.Device, os.NewSyscallError("ioctl TUNSETIFF", err))
-	}
-	name := ifr.Name()
+	fd, name := dev.FDs[0], dev.Name
 	fail := func(err error) (int, string, error) {
-		unix.Close(fd)
+		dev.Close()
 		return -1, "", err
-	}
-	l, err := netlink.LinkByName(name)
-	if err != nil {
-		return fail(fmt.Errorf("sandbox: find %s: %w", name, err))
-	}
-	if err := netlink.LinkSetMTU(l, int(spec.MTU)); err != nil {
-		return fail(fmt.Errorf("sandbox: set MTU %d on %s: %w", spec.MTU, name, err))
-	}
-	for _, p := range spec.Addrs {
-		a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
-		if p.Addr().Is6() {
-			a.Flags |= unix.IFA_F_NODAD
-		}
-		if err := netlink.AddrReplace(l, a); err != nil {
-			return fail(fmt.Errorf("sandbox: add address %v to %s: %w", p, name, err))
-		}
-	}
-	if err := netlink.LinkSetUp(l); err != nil {
-		return fail(fmt.Errorf("sandbox: set %s up: %w", name, err))
 	}
 	c := &Config{Gateway4: spec.Gateway4, Gateway6: spec.Gateway6, NoIPv6: spec.NoIPv6}
 	if err := routeVia(name, c); err != nil {

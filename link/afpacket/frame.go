@@ -4,6 +4,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/ustack-dev/ustack/link/internal/linkutil"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
 
@@ -127,27 +128,10 @@ func parseRX(b []byte, check rxCheck, partialCsum bool) (frame []byte, proto tcp
 }
 
 // trimPadding returns the Ethernet frame cut to its IP packet's own
-// length: a frame shorter than Ethernet's minimum arrives padded, and GRO,
-// which takes a segment's payload to be the rest of the packet, would
-// count the padding as data. A frame whose lengths do not add up is left
-// whole for gVisor to reject.
+// length (linkutil.TrimPadding): a frame shorter than Ethernet's minimum
+// arrives padded.
 func trimPadding(frame []byte, proto tcpip.NetworkProtocolNumber) []byte {
-	ip := frame[linkHdrLen:]
-	n := len(ip)
-	switch proto {
-	case header.IPv4ProtocolNumber:
-		if len(ip) >= header.IPv4MinimumSize {
-			n = int(header.IPv4(ip).TotalLength())
-		}
-	case header.IPv6ProtocolNumber:
-		if len(ip) >= header.IPv6MinimumSize {
-			n = header.IPv6MinimumSize + int(header.IPv6(ip).PayloadLength())
-		}
-	}
-	if n < len(ip) && n > 0 {
-		return frame[:linkHdrLen+n]
-	}
-	return frame
+	return linkutil.TrimPadding(frame, linkHdrLen, proto)
 }
 
 // completePartial completes the partial transport checksum of the IP

@@ -25,9 +25,10 @@ func parkQueue(q *queue) {
 }
 
 // TestTunRXSteadyStateAllocs: a receive round allocates nothing in the
-// endpoint once warm, with the cache and without.
+// endpoint once warm, with the cache and without. Under the race
+// detector, which makes gVisor's sync.Pools drop items at random, the
+// rounds run but their allocations are not counted.
 func TestTunRXSteadyStateAllocs(t *testing.T) {
-	testenv.SkipUnderRace(t, "the race detector makes gVisor's sync.Pools drop items at random")
 	for _, noCache := range []bool{false, true} {
 		o := DefaultOptions()
 		o.NoCache = noCache
@@ -51,7 +52,10 @@ func TestTunRXSteadyStateAllocs(t *testing.T) {
 			parkQueue(q)
 		}
 		round()
-		require.Zero(t, testing.AllocsPerRun(200, round), "allocations per round of %d packets (NoCache %v)", batch, noCache)
+		allocs := testing.AllocsPerRun(200, round)
+		if !testenv.RaceEnabled {
+			require.Zero(t, allocs, "allocations per round of %d packets (NoCache %v)", batch, noCache)
+		}
 	}
 }
 

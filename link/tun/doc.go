@@ -1,20 +1,52 @@
-// Package tun is a link endpoint over a Linux TUN device: ustack on one
-// side of the device, the kernel's own network stack on the other.
+// Package tun is a link endpoint over a Linux TUN or TAP device: ustack on
+// one side of the device, the kernel's own network stack on the other.
 //
-// Open creates the device (or attaches to an existing one of the same
-// name) through /dev/net/tun and configures it through netlink (MTU, the
-// kernel side's addresses, link up). The endpoint carries raw IP packets
-// with no link header, like link/mem, so no link address resolution is
-// needed.
+// Create creates the device (or attaches to an existing one of the same
+// name and type, such as a persistent one) through /dev/net/tun, opens
+// its descriptors, one per queue, and configures it through netlink (MTU,
+// the kernel side's addresses, link up), or with Options.NoConfigure
+// leaves its configuration to whoever created it. It returns the
+// descriptors, so that a helper inside a user namespace can create the
+// device there and pass one to a process outside. Open is Create and the
+// endpoint over the descriptors, in place.
 //
 // OpenFD adopts instead the descriptor of a device that something else
 // created and configured: the one Android's VpnService.establish returns,
-// or one a privileged helper opened and passed over a unix socket
+// or one a privileged helper opened (Create) and passed over a unix socket
 // (SCM_RIGHTS, as in the example). It needs no privilege and no netlink:
 // it asks the device its name and flags (TUNGETIFF), uses the virtio-net
 // header exactly when the descriptor has it, and takes what it cannot ask
 // (the MTU) from Options. From there on both build the same endpoint
 // through the same code.
+//
+// A name taken by a device of the other type, or by something that is not
+// a TUN or TAP device at all, is refused with an error that says what the
+// device is (the kernel's EINVAL alone does not), as is another user's
+// device; the type is read through netlink, in the calling thread's
+// namespace.
+//
+// # TUN and TAP
+//
+// A TUN device (the default) carries raw IP packets with no link header,
+// like link/mem, so no link address resolution is needed, and the
+// Endpoint goes into a stack as it is.
+//
+// A TAP device (Options.TAP) carries Ethernet frames: what rootless
+// container tools hand their network helper (RootlessKit's tap0, or the
+// one Podman has slirp4netns create). The kernel's side has the device's
+// MAC; ustack's side has its own (Options.MAC, random by default). The
+// Endpoint then carries whole frames, and Endpoint.Ethernet returns it as
+// a stack takes it: inside gVisor's Ethernet endpoint (package
+// link/ethernet), which frames what the stack sends and makes it resolve
+// neighbours with ARP and NDP. The receive path parses each frame's
+// Ethernet header itself (EtherType, and which host it is for: frames
+// for another host and EtherTypes other than IPv4, IPv6 and ARP are
+// dropped, counted in RXMalformed), so that GRO sees IP packets; the
+// virtio-net header's offsets count the Ethernet header in both
+// directions, so every offload below works on TAP as on TUN. The wrapper
+// is transparent: every optional interface of the Endpoint (busy polling,
+// writability, rounds, coalescing, the counters, Err, GSO) passes through
+// it.
 //
 // # Offloads
 //
@@ -99,11 +131,13 @@
 // and joins them all.
 //
 // Closing the last descriptor of a device that Open created deletes it
-// (the device is not made persistent). A device deleted from outside
+// (the device is not made persistent; one made persistent beforehand,
+// with ip tuntap add, outlives the endpoint). A device deleted from outside
 // (ip link del, or netlink) fails reads and writes with EBADFD: receiving
 // stops, writes fail, and Err reports it with an error matching
 // link.ErrDeviceGone.
 //
-// Open needs CAP_NET_ADMIN; OpenFD needs only the descriptor. On systems
-// other than Linux, both return ErrNotSupported.
+// Create and Open need CAP_NET_ADMIN over the network namespace (or to
+// own the existing device); OpenFD needs only the descriptor. On systems
+// other than Linux, all three return ErrNotSupported.
 package tun

@@ -26,9 +26,9 @@ var (
 	_ poll.Source        = (*Endpoint)(nil)
 )
 
-// ErrNotSupported is returned by Open and OpenFD where TUN devices are not
-// supported in this package (every system but Linux).
-var ErrNotSupported = errors.New("tun: TUN devices are supported on Linux only")
+// ErrNotSupported is returned by Create, Open and OpenFD where TUN and TAP
+// devices are not supported in this package (every system but Linux).
+var ErrNotSupported = errors.New("tun: TUN and TAP devices are supported on Linux only")
 
 // maxPacketSize is the largest IP packet the kernel can hand over: an IPv6
 // header plus the largest payload length (65535). A TSO or GRO
@@ -36,14 +36,21 @@ var ErrNotSupported = errors.New("tun: TUN devices are supported on Linux only")
 // at most MaxMTU, so everything fits.
 const maxPacketSize = header.IPv6MinimumSize + 0xffff
 
-// rxBufSize is the receive landing buffer of one queue: a virtio-net
-// header and the largest packet, plus one byte, so that a read that fills
-// the buffer is recognisably truncated rather than silently accepted.
-const rxBufSize = vnet.HeaderSize + maxPacketSize + 1
+// maxFrameSize is the largest frame the kernel can hand over: the largest
+// packet behind an Ethernet header (a TAP device's), or alone (a TUN
+// device's).
+const maxFrameSize = header.EthernetMinimumSize + maxPacketSize
 
-// Endpoint is a TUN device as a gVisor link endpoint. It is safe for
-// concurrent use. Open opens the device's file descriptors, one per queue
-// (OpenFD adopts one);
+// rxBufSize is the receive landing buffer of one queue: a virtio-net
+// header and the largest frame, plus one byte, so that a read that fills
+// the buffer is recognisably truncated rather than silently accepted.
+const rxBufSize = vnet.HeaderSize + maxFrameSize + 1
+
+// Endpoint is a TUN or TAP device as a gVisor link endpoint. It is safe
+// for concurrent use. A TUN endpoint carries IP packets and goes into a
+// stack as it is; a TAP endpoint carries Ethernet frames and goes into a
+// stack as Ethernet returns it. Open opens the device's file descriptors,
+// one per queue (OpenFD adopts one);
 // the first Attach with a dispatcher starts one receive goroutine per
 // queue, and a queue's first write refused for lack of room starts its
 // writability watcher; Close stops and joins them all and closes the
@@ -53,10 +60,17 @@ const rxBufSize = vnet.HeaderSize + maxPacketSize + 1
 // borrows the packets it is given for the duration of the call only;
 // delivered packets are the stack's.
 type Endpoint struct {
-	name       string   // the interface name, as the kernel has it
-	multiQueue bool     // the device is multi-queue (IFF_MULTI_QUEUE)
-	opts       Options  // immutable after Open
-	offloads   Offloads // immutable after Open
+	name       string // the interface name, as the kernel has it
+	multiQueue bool   // the device is multi-queue (IFF_MULTI_QUEUE)
+	// tap: a TAP device, whose frames start with an Ethernet header of
+	// linkHdr bytes (0 on TUN); eth is the endpoint as a stack takes it
+	// (nil on TUN), and mac ustack's link address (empty on TUN).
+	tap      bool
+	linkHdr  int
+	eth      *EthernetEndpoint
+	mac      atomic.Pointer[tcpip.LinkAddress]
+	opts     Options  // immutable after Open
+	offloads Offloads // immutable after Open
 	// setOffload is the TUNSETOFFLOAD ioctl Open used (nil off Linux), for
 	// SetCoalescing.
 	setOffload func(fd int, flags uint) error
@@ -114,6 +128,16 @@ func (c *counters) stats() link.Stats {
 // Name returns the device's interface name.
 func (e *Endpoint) Name() string { return e.name }
 
+// TAP reports whether the device is a TAP device, whose endpoint carries
+// Ethernet frames and goes into a stack as Ethernet returns it.
+func (e *Endpoint) TAP() bool { return e.tap }
+
+// Ethernet returns a TAP endpoint as a stack takes it: with gVisor's
+// Ethernet framing around it (an EthernetEndpoint), to give to
+// stack.AddNIC in its place; always the same one. It returns nil for a
+// TUN endpoint, which goes into a stack as it is.
+func (e *Endpoint) Ethernet() *EthernetEndpoint { return e.eth }
+
 // Queues returns the number of queues.
 func (e *Endpoint) Queues() int { return len(e.queues) }
 
@@ -128,8 +152,10 @@ func (e *Endpoint) Offloads() Offloads { return e.offloads }
 // Err returns nil while the device works, and afterwards the failure
 // that stopped the endpoint: once the device is gone (deleted from
 // outside, or its namespace destroyed), an error matching
-// link.ErrDeviceGone. The endpoint then receives nothing and refuses every
-// write; Close it. It is safe to call at any time.
+// link.ErrDeviceGone; or, for a TAP endpoint attached to a stack without
+// its Ethernet framing (see Attach), an error that says so. The endpoint
+// then receives nothing and refuses every write; Close it. It is safe to
+// call at any time.
 func (e *Endpoint) Err() error {
 	if p := e.err.Load(); p != nil {
 		return *p
@@ -148,23 +174,43 @@ func (e *Endpoint) failGone(cause error) {
 	e.fail(linkutil.DeviceGone(fmt.Sprintf("tun %s", e.name), cause))
 }
 
-// MTU implements stack.LinkEndpoint.
+// MTU implements stack.LinkEndpoint: the largest packet, or on a TAP
+// device the largest frame (the device's MTU and an Ethernet header),
+// which gVisor's Ethernet endpoint around it turns back into the largest
+// packet.
 func (e *Endpoint) MTU() uint32 { return e.mtu.Load() }
 
 // SetMTU implements stack.LinkEndpoint. It changes the MTU gVisor uses,
-// clamped to MinMTU..MaxMTU, not the device's: the device lives in the
-// namespace Open ran in, which the caller may no longer be in.
-func (e *Endpoint) SetMTU(mtu uint32) { e.mtu.Store(min(max(mtu, MinMTU), MaxMTU)) }
+// clamped to MinMTU..MaxMTU (plus the Ethernet header on a TAP device,
+// as MTU), not the device's: the device lives in the namespace Open ran
+// in, which the caller may no longer be in.
+func (e *Endpoint) SetMTU(mtu uint32) {
+	h := uint32(e.linkHdr)
+	e.mtu.Store(min(max(mtu, MinMTU+h), MaxMTU+h))
+}
 
-// MaxHeaderLength implements stack.LinkEndpoint: raw IP has no link header.
+// MaxHeaderLength implements stack.LinkEndpoint: none of its own (on a
+// TAP device, gVisor's Ethernet endpoint around it adds its header).
 func (*Endpoint) MaxHeaderLength() uint16 { return 0 }
 
-// LinkAddress implements stack.LinkEndpoint: raw IP has no link address.
-func (*Endpoint) LinkAddress() tcpip.LinkAddress { return "" }
+// LinkAddress implements stack.LinkEndpoint: ustack's MAC on a TAP device
+// (Options.MAC), which gVisor's Ethernet endpoint around it reports; raw
+// IP has none.
+func (e *Endpoint) LinkAddress() tcpip.LinkAddress {
+	if p := e.mac.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
 
-// SetLinkAddress implements stack.LinkEndpoint; raw IP has no link address,
-// so it does nothing.
-func (*Endpoint) SetLinkAddress(tcpip.LinkAddress) {}
+// SetLinkAddress implements stack.LinkEndpoint: it changes ustack's MAC
+// on a TAP device; raw IP has no link address, so on a TUN device it does
+// nothing.
+func (e *Endpoint) SetLinkAddress(addr tcpip.LinkAddress) {
+	if e.tap {
+		e.mac.Store(&addr)
+	}
+}
 
 // Capabilities implements stack.LinkEndpoint. With the virtio-net header
 // or GRO the endpoint claims RX checksum offload: it checks every received
@@ -201,21 +247,37 @@ func (e *Endpoint) GSOMaxSize() uint32 {
 // own).
 func (e *Endpoint) SupportedGSO() stack.SupportedGSO { return e.gsoKind }
 
-// ARPHardwareType implements stack.LinkEndpoint.
+// ARPHardwareType implements stack.LinkEndpoint: none of its own (gVisor's
+// Ethernet endpoint around a TAP endpoint says Ethernet).
 func (*Endpoint) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareNone }
 
-// AddHeader implements stack.LinkEndpoint: raw IP adds none.
+// AddHeader implements stack.LinkEndpoint: raw IP adds none (on a TAP
+// device, gVisor's Ethernet endpoint around it adds the Ethernet header).
 func (*Endpoint) AddHeader(*stack.PacketBuffer) {}
 
-// ParseHeader implements stack.LinkEndpoint: raw IP has none to parse.
+// ParseHeader implements stack.LinkEndpoint: raw IP has none to parse (a
+// TAP device's receive path parses the Ethernet header itself, before GRO).
 func (*Endpoint) ParseHeader(*stack.PacketBuffer) bool { return true }
+
+// errNotEthernet is the failure of a TAP endpoint attached to a stack
+// without its Ethernet framing.
+var errNotEthernet = errors.New("a TAP endpoint was attached to a stack directly, without its Ethernet framing: give the stack its Ethernet() instead")
 
 // Attach implements stack.LinkEndpoint. The first Attach with a dispatcher
 // starts one receive goroutine per queue. Attach(nil) detaches at once
 // without waiting: gVisor calls it holding the stack's lock, which a
 // delivery in progress may be waiting for. Packets that arrive while
 // detached are read and dropped, and counted in RXDetached.
+//
+// A TAP endpoint is attached by its Ethernet endpoint (Ethernet) only:
+// attached to anything else, it would hand a stack frames it cannot parse
+// and write packets with no Ethernet header, so it stays detached instead,
+// and Err says why.
 func (e *Endpoint) Attach(d stack.NetworkDispatcher) {
+	if e.tap && d != nil && d != stack.NetworkDispatcher(e.eth) {
+		e.fail(fmt.Errorf("tun %s: %w", e.name, errNotEthernet))
+		return
+	}
 	e.AttachAndStart(d, func() {
 		for _, q := range e.queues {
 			e.wg.Add(1)

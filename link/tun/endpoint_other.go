@@ -23,10 +23,10 @@ type queue struct {
 // txScratch is a TX call's scratch; it exists on Linux only.
 type txScratch struct{}
 
-// Open returns ErrNotSupported: TUN devices are Linux's. It still checks
-// its arguments, so that a bad configuration is reported as such
-// everywhere.
-func Open(name string, opts *Options) (*Endpoint, error) {
+// Create returns ErrNotSupported: TUN and TAP devices are Linux's. It
+// still checks its arguments, so that a bad configuration is reported as
+// such everywhere.
+func Create(name string, opts *Options) (*Device, error) {
 	if _, err := opts.normalize(); err != nil {
 		return nil, err
 	}
@@ -36,7 +36,17 @@ func Open(name string, opts *Options) (*Endpoint, error) {
 	return nil, fmt.Errorf("tun %s: %w", name, ErrNotSupported)
 }
 
-// OpenFD returns ErrNotSupported: TUN devices are Linux's. Like Open, it
+// Close does nothing: no Device has descriptors off Linux.
+func (d *Device) Close() { d.FDs = nil }
+
+// Open returns ErrNotSupported: TUN and TAP devices are Linux's. Like
+// Create, it checks its arguments first.
+func Open(name string, opts *Options) (*Endpoint, error) {
+	_, err := Create(name, opts)
+	return nil, err
+}
+
+// OpenFD returns ErrNotSupported: TUN and TAP devices are Linux's. Like Open, it
 // checks its arguments first, and it never closes fd.
 func OpenFD(fd int, opts *Options) (*Endpoint, error) {
 	o, err := opts.normalize()

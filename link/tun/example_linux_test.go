@@ -84,3 +84,35 @@ func ExampleOpenFD() {
 	}
 	// s now dials and listens through the helper's device.
 }
+
+// A network helper attaches to the TAP device a rootless container tool
+// created and configured in the container's namespace (RootlessKit's
+// tap0), by name, touching nothing of its configuration, and gives the
+// stack the endpoint with its Ethernet framing: the stack then resolves
+// the kernel's side with ARP and neighbour discovery.
+//
+// The example is compiled, not run: it needs the device, and to run in
+// the namespace it lives in.
+func ExampleOpen_tap() {
+	ep, err := tun.Open("tap0", &tun.Options{TAP: true, NoConfigure: true})
+	if err != nil {
+		log.Fatal(err) // "tap0 is a TUN device, not TAP: ..." if it is not one
+	}
+	s, err := stack.New(nil)
+	if err != nil {
+		ep.Close()
+		log.Fatal(err)
+	}
+	defer s.Close() // closes ep; a persistent tap0 stays
+	nic, err := s.AddNIC(ep.Ethernet(), nil)
+	if err != nil {
+		ep.Close()
+		log.Fatal(err)
+	}
+	// The gateway's address on the device's network (the container's
+	// side is the kernel's, on tap0).
+	if err := s.AddAddress(nic, netip.MustParsePrefix("198.18.0.1/24")); err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("on %s (MTU %d, offloads %v), MAC %v", ep.Name(), ep.Ethernet().MTU(), ep.Offloads(), ep.Ethernet().LinkAddress())
+}

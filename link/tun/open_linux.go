@@ -10,6 +10,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/cache"
@@ -19,6 +21,10 @@ import (
 
 // cloneDevice is the TUN clone device: each open of it is one queue.
 const cloneDevice = "/dev/net/tun"
+
+// tunTypeMask selects the device type in TUNSETIFF flags: IFF_TUN or
+// IFF_TAP (TUN_TYPE_MASK in drivers/net/tun.c).
+const tunTypeMask = unix.IFF_TUN | unix.IFF_TAP
 
 // Offload flags of TUNSETOFFLOAD, from linux/if_tun.h (x/sys/unix does not
 // have them).
@@ -39,16 +45,125 @@ var offloadTries = []uint{
 	tunFCsum,
 }
 
-// Open creates the TUN device name, or attaches to an existing TUN device
-// of that name, with opts (nil means DefaultOptions), configures it and
-// returns it as an endpoint. An empty name lets the kernel pick one (Name
-// returns it). The device and the netlink configuration belong to the
-// network namespace of the calling thread: to open a device in another
-// namespace, call Open on a thread inside it (internal/netns's NS.Do).
+// Create creates the TUN device name (a TAP device with opts.TAP), or
+// attaches to an existing device of that name and type (a persistent one,
+// such as `ip tuntap add` makes, or a multi-queue one with queues to
+// spare), opens one descriptor per queue, and configures the device as
+// opts asks (nil means DefaultOptions): the MTU, the kernel side's
+// addresses, the link up. With opts.NoConfigure it configures nothing:
+// the device's addresses, MTU and link state stay as its creator left
+// them. An empty name lets the kernel pick one (Device.Name returns it).
+// The device and the netlink configuration belong to the network
+// namespace of the calling thread: to create a device in another
+// namespace, call Create on a thread inside it (internal/netns's NS.Do).
+//
+// The descriptors are the caller's: a helper process inside a user and
+// network namespace creates the device there and passes a descriptor over
+// a unix socket (SCM_RIGHTS) to a process outside, which adopts it with
+// OpenFD; Open builds its endpoint over them in place. Create needs
+// CAP_NET_ADMIN over the network namespace, or to be the owner of an
+// existing device. A name taken by a device of the other type (a TAP
+// device when opts asks for TUN, or the reverse), or by something that is
+// not a TUN or TAP device at all, is refused with an error that says so.
+func Create(name string, opts *Options) (*Device, error) {
+	o, err := opts.normalize()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	return create(name, &o)
+}
+
+// create is Create with normalized options; with NoConfigure and a zero
+// MTU it sets o.MTU to the device's.
+func create(name string, o *Options) (*Device, error) {
+	flags := uint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	if o.TAP {
+		flags = unix.IFF_TAP | unix.IFF_NO_PI
+	}
+	if !o.NoOffload {
+		flags |= unix.IFF_VNET_HDR
+	}
+	if o.Queues > 1 {
+		flags |= unix.IFF_MULTI_QUEUE
+	}
+	d := &Device{TAP: o.TAP, flags: flags}
+	ok := false
+	defer func() {
+		if !ok {
+			// Closing every queue deletes a device this call created.
+			d.Close()
+		}
+	}()
+	for range o.Queues {
+		fd, actual, err := openQueue(name, flags)
+		if err != nil {
+			return nil, err
+		}
+		d.FDs = append(d.FDs, fd)
+		// The kernel named the device if name was empty; the other queues
+		// must attach to that one.
+		name = actual
+	}
+	d.Name = name
+	switch {
+	case !o.NoConfigure:
+		if err := configure(name, o); err != nil {
+			return nil, err
+		}
+	case o.MTU == 0:
+		mtu, err := deviceMTU(name)
+		if err != nil {
+			return nil, err
+		}
+		o.MTU = mtu
+	}
+	d.MTU = o.MTU
+	ok = true
+	return d, nil
+}
+
+// Close closes the device's descriptors, which deletes the device if
+// Create created it, it is not persistent and no other process holds a
+// descriptor of it (one passed over a unix socket is such a descriptor).
+// Close it only while the descriptors are still the caller's: not after
+// one was handed to OpenFD. It is idempotent.
+func (d *Device) Close() {
+	for _, fd := range d.FDs {
+		unix.Close(fd)
+	}
+	d.FDs = nil
+}
+
+// deviceMTU reads the MTU of the interface name in the calling thread's
+// namespace, for NoConfigure, and checks that an endpoint can take it.
+func deviceMTU(name string) (uint32, error) {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return 0, fmt.Errorf("tun %s: read the device's MTU through netlink: %w: give Options.MTU", name, err)
+	}
+	mtu := l.Attrs().MTU
+	if mtu < MinMTU || mtu > MaxMTU {
+		return 0, fmt.Errorf("tun %s: the device's MTU is %d: an endpoint takes %d to %d; have its creator set one in that range", name, mtu, MinMTU, MaxMTU)
+	}
+	return uint32(mtu), nil
+}
+
+// Open creates the TUN device name (a TAP device with opts.TAP), or
+// attaches to an existing device of that name and type, configures it
+// (unless opts.NoConfigure) and returns it as an endpoint: Create, then
+// the endpoint over its descriptors. opts nil means DefaultOptions. An
+// empty name lets the kernel pick one (Name returns it). The device and
+// the netlink configuration belong to the network namespace of the
+// calling thread: to open a device in another namespace, call Open on a
+// thread inside it (internal/netns's NS.Do).
 //
 // The endpoint owns the device's file descriptors until Close, which
-// deletes the device if Open created it. It needs CAP_NET_ADMIN; OpenFD
-// adopts a device that something else created.
+// deletes the device if Open created it and it is not persistent. It
+// needs CAP_NET_ADMIN (see Create); OpenFD adopts a device that something
+// else created. A TAP endpoint goes into a stack as Ethernet returns it.
 func Open(name string, opts *Options) (*Endpoint, error) {
 	o, err := opts.normalize()
 	if err != nil {
@@ -57,52 +172,29 @@ func Open(name string, opts *Options) (*Endpoint, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
-	flags := uint16(unix.IFF_TUN | unix.IFF_NO_PI)
-	if !o.NoOffload {
-		flags |= unix.IFF_VNET_HDR
-	}
-	if o.Queues > 1 {
-		flags |= unix.IFF_MULTI_QUEUE
-	}
-	var fds []int
-	ok := false
-	defer func() {
-		if !ok {
-			// Closing every queue deletes a device this call created.
-			for _, fd := range fds {
-				unix.Close(fd)
-			}
-		}
-	}()
-	for range o.Queues {
-		fd, actual, err := openQueue(name, flags)
-		if err != nil {
-			return nil, err
-		}
-		fds = append(fds, fd)
-		// The kernel named the device if name was empty; the other queues
-		// must attach to that one.
-		name = actual
-	}
-	if err := configure(name, &o); err != nil {
+	d, err := create(name, &o)
+	if err != nil {
 		return nil, err
 	}
-	d := device{name: name, flags: flags}
-	e, err := setup(kernelIoctls, d, o, fds)
-	ok = err == nil // the endpoint owns the descriptors now
-	return e, err
+	e, err := setup(kernelIoctls, devInfo{name: d.Name, flags: d.flags}, o, d.FDs)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	return e, nil // the endpoint owns the descriptors now
 }
 
 // OpenFD adopts fd, an open descriptor of a TUN device that something else
-// created, and returns it as an endpoint of one queue: the descriptor
-// Android's VpnService.establish returns, or one a privileged helper
-// opened and passed over a unix socket (SCM_RIGHTS). It asks the device
-// (TUNGETIFF) for its name and flags, and uses the virtio-net header, and
-// with it the offloads, exactly when the descriptor has it (IFF_VNET_HDR).
-// opts is as for Open (nil means DefaultOptions), but OpenFD uses no
-// netlink, which an Android app may not: it neither reads nor configures
-// the device, so it refuses Addrs and Queues > 1, ignores NoUp, and takes
-// MTU on trust (give the device's).
+// created (of a TAP device with opts.TAP), and returns it as an endpoint
+// of one queue: the descriptor Android's VpnService.establish returns, or
+// one a privileged helper opened (Create) and passed over a unix socket
+// (SCM_RIGHTS). It asks the device (TUNGETIFF) for its name and flags,
+// refuses a device of the other type than opts asks for, and uses the
+// virtio-net header, and with it the offloads, exactly when the
+// descriptor has it (IFF_VNET_HDR). opts is as for Open (nil means
+// DefaultOptions), but OpenFD uses no netlink, which an Android app may
+// not: it neither reads nor configures the device, so it refuses Addrs and
+// Queues > 1, ignores NoUp, and takes MTU on trust (give the device's).
 //
 // It makes fd non-blocking, which changes the open file, shared with every
 // copy of the descriptor (the helper's, for one), and close-on-exec. Where
@@ -114,9 +206,9 @@ func Open(name string, opts *Options) (*Endpoint, error) {
 // Closing it deletes the device if it was the device's last descriptor and
 // the device is not persistent (on Android, that ends the VPN). On error
 // OpenFD has not closed fd or changed its flags: it is still the caller's.
-// An fd that is not a TUN device (or is a TAP one) is refused with an
-// error that says so, and left open. OpenFD needs no privilege beyond
-// holding fd.
+// An fd that is not a TUN or TAP device, or is of the other type, is
+// refused with an error that says so, and left open. OpenFD needs no
+// privilege beyond holding fd.
 //
 // A queue of a multi-queue device (IFF_MULTI_QUEUE, reported by
 // MultiQueue) is adopted alone: the kernel steers each flow to one of the
@@ -136,27 +228,32 @@ func openFD(io ioctls, fd int, opts *Options) (*Endpoint, error) {
 	if err := checkAdopted(fd, &o); err != nil {
 		return nil, err
 	}
+	if o.MTU == 0 {
+		o.MTU = DefaultMTU // NoConfigure's "the device's": OpenFD cannot read it
+	}
 	d, err := io.getIff(fd)
 	if err != nil {
 		return nil, getIffError(fd, err)
 	}
 	d.adopted = true
-	switch {
-	case d.flags&unix.IFF_TAP != 0:
-		return nil, fmt.Errorf("tun fd %d: %s is a TAP device, which carries Ethernet frames: OpenFD takes a TUN device (IFF_TUN), which carries IP packets", fd, d.name)
-	case d.flags&unix.IFF_TUN == 0:
-		return nil, fmt.Errorf("tun fd %d: %s is not a TUN device (flags %#x): expected a descriptor of /dev/net/tun attached with IFF_TUN", fd, d.name, d.flags)
+	switch typ := d.flags & tunTypeMask; {
+	case typ == unix.IFF_TAP && !o.TAP:
+		return nil, fmt.Errorf("tun fd %d: %s is a TAP device, which carries Ethernet frames: adopt it with Options.TAP, or pass the descriptor of a TUN device (IFF_TUN), which carries IP packets", fd, d.name)
+	case typ == unix.IFF_TUN && o.TAP:
+		return nil, fmt.Errorf("tun fd %d: %s is a TUN device, which carries IP packets: adopt it without Options.TAP, or pass the descriptor of a TAP device (IFF_TAP), which carries Ethernet frames", fd, d.name)
+	case typ != unix.IFF_TUN && typ != unix.IFF_TAP:
+		return nil, fmt.Errorf("tun fd %d: %s is neither a TUN nor a TAP device (flags %#x): expected a descriptor of /dev/net/tun attached with IFF_TUN or IFF_TAP", fd, d.name, d.flags)
 	case d.flags&unix.IFF_NO_PI == 0:
 		return nil, fmt.Errorf("tun fd %d: %s puts a packet-information header before every packet (it was attached without IFF_NO_PI): have its creator set IFF_NO_PI, as VpnService does", fd, d.name)
 	}
 	return setup(io, d, o, []int{fd})
 }
 
-// device is what Open and OpenFD know of a TUN device once they hold its
-// descriptors.
-type device struct {
+// devInfo is what Open and OpenFD know of a TUN or TAP device once they
+// hold its descriptors.
+type devInfo struct {
 	name  string // the interface name, as the kernel has it
-	flags uint16 // the TUNSETIFF flags: IFF_TUN, IFF_VNET_HDR, ...
+	flags uint16 // the TUNSETIFF flags: IFF_TUN or IFF_TAP, IFF_VNET_HDR, ...
 	// adopted: OpenFD's, created by someone else, where an LSM may refuse
 	// the ioctls that set offloads.
 	adopted bool
@@ -165,23 +262,23 @@ type device struct {
 // ioctls are the TUN ioctls that Open and OpenFD issue on a descriptor
 // they hold, so that tests can stand a socketpair in for the device.
 type ioctls struct {
-	getIff         func(fd int) (device, error) // TUNGETIFF: name and flags
-	vnetHdrSize    func(fd int) (int, error)    // TUNGETVNETHDRSZ
-	setVnetHdrSize func(fd, size int) error     // TUNSETVNETHDRSZ
+	getIff         func(fd int) (devInfo, error) // TUNGETIFF: name and flags
+	vnetHdrSize    func(fd int) (int, error)     // TUNGETVNETHDRSZ
+	setVnetHdrSize func(fd, size int) error      // TUNSETVNETHDRSZ
 	setOffload     func(fd int, flags uint) error
 }
 
 // kernelIoctls are the kernel's.
 var kernelIoctls = ioctls{
-	getIff: func(fd int) (device, error) {
+	getIff: func(fd int) (devInfo, error) {
 		ifr, err := unix.NewIfreq("")
 		if err != nil {
-			return device{}, err
+			return devInfo{}, err
 		}
 		if err := unix.IoctlIfreq(fd, unix.TUNGETIFF, ifr); err != nil {
-			return device{}, err
+			return devInfo{}, err
 		}
-		return device{name: ifr.Name(), flags: ifr.Uint16()}, nil
+		return devInfo{name: ifr.Name(), flags: ifr.Uint16()}, nil
 	},
 	vnetHdrSize:    func(fd int) (int, error) { return unix.IoctlGetInt(fd, unix.TUNGETVNETHDRSZ) },
 	setVnetHdrSize: func(fd, size int) error { return unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, size) },
@@ -193,11 +290,11 @@ func getIffError(fd int, err error) error {
 	serr := os.NewSyscallError("ioctl TUNGETIFF", err)
 	switch {
 	case errors.Is(err, unix.EBADF):
-		return fmt.Errorf("tun fd %d: %w: not an open file descriptor: pass the descriptor of an open TUN device", fd, serr)
+		return fmt.Errorf("tun fd %d: %w: not an open file descriptor: pass the descriptor of an open TUN or TAP device", fd, serr)
 	case errors.Is(err, unix.EBADFD):
-		return fmt.Errorf("tun fd %d: %w: the descriptor is of /dev/net/tun but attached to no device (never set up with TUNSETIFF, detached with TUNSETQUEUE, or its device deleted): expected one attached to a TUN device", fd, serr)
+		return fmt.Errorf("tun fd %d: %w: the descriptor is of /dev/net/tun but attached to no device (never set up with TUNSETIFF, detached with TUNSETQUEUE, or its device deleted): expected one attached to a TUN or TAP device", fd, serr)
 	case errors.Is(err, unix.ENOTTY), errors.Is(err, unix.EINVAL):
-		return fmt.Errorf("tun fd %d: %w: not a TUN device: expected a descriptor of /dev/net/tun attached to a TUN device with TUNSETIFF, as VpnService.establish returns", fd, serr)
+		return fmt.Errorf("tun fd %d: %w: not a TUN device: expected a descriptor of /dev/net/tun attached to a TUN or TAP device with TUNSETIFF, as VpnService.establish returns", fd, serr)
 	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
 		return fmt.Errorf("tun fd %d: %w: the system's security policy forbids asking the device what it is: allow TUNGETIFF on the descriptor", fd, serr)
 	}
@@ -211,7 +308,7 @@ func getIffError(fd int, err error) error {
 // poller takes only non-blocking ones) and close-on-exec; and builds the
 // endpoint over them. On error the descriptors are still the caller's,
 // with their flags as they were.
-func setup(io ioctls, d device, o Options, fds []int) (*Endpoint, error) {
+func setup(io ioctls, d devInfo, o Options, fds []int) (*Endpoint, error) {
 	off := Offloads{}
 	if d.flags&unix.IFF_VNET_HDR != 0 {
 		var err error
@@ -247,7 +344,7 @@ func openQueue(name string, flags uint16) (int, string, error) {
 		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENODEV), errors.Is(err, unix.ENXIO):
 			return -1, "", fmt.Errorf("tun %s: %w: load the tun module (modprobe tun) or create the node (mknod %s c 10 200)", name, serr, cloneDevice)
 		case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
-			return -1, "", fmt.Errorf("tun %s: %w: run as root or grant CAP_NET_ADMIN", name, serr)
+			return -1, "", fmt.Errorf("tun %s: %w: this user may not open the clone device: make it readable and writable by everyone (mode 0666, as distributions ship it), or run as root", name, serr)
 		}
 		return -1, "", fmt.Errorf("tun %s: %w", name, serr)
 	}
@@ -259,36 +356,103 @@ func openQueue(name string, flags uint16) (int, string, error) {
 	ifr.SetUint16(flags)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		unix.Close(fd)
-		return -1, "", setIffError(name, flags, err)
+		return -1, "", explainSetIff(name, flags, err, lookupExisting(name))
 	}
 	return fd, ifr.Name(), nil
 }
 
-// setIffError explains a failed TUNSETIFF.
-func setIffError(name string, flags uint16, err error) error {
+// existing is what the name of a failed TUNSETIFF is in the calling
+// thread's network namespace: the kernel refuses with EINVAL both a device
+// of the other type and a name that is not a TUN or TAP device at all, and
+// with EPERM both a missing privilege and another user's device, so the
+// error alone does not say which.
+type existing struct {
+	found bool
+	// kind is "TUN" or "TAP", or for another device its netlink type
+	// ("veth", "bridge", "device", ...).
+	kind string
+	// tuntap: a TUN or TAP device; multi: a multi-queue one.
+	tuntap, multi bool
+	// owner and group are the device's owner and group, 0 where it has
+	// none (the kernel does not report them then).
+	owner, group uint32
+}
+
+// lookupExisting finds out what name is, through netlink: unlike
+// /sys/class/net, which shows the namespace sysfs was mounted in, netlink
+// answers for the calling thread's namespace, where TUNSETIFF looked.
+// Without a name (the kernel picks one) there is nothing to find.
+func lookupExisting(name string) existing {
+	if name == "" {
+		return existing{}
+	}
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return existing{}
+	}
+	ex := existing{found: true, kind: l.Type()}
+	tt, ok := l.(*netlink.Tuntap)
+	if !ok {
+		return ex
+	}
+	ex.tuntap, ex.multi = true, tt.Flags&netlink.TUNTAP_MULTI_QUEUE != 0
+	ex.owner, ex.group = tt.Owner, tt.Group
+	switch {
+	case tt.Mode == netlink.TUNTAP_MODE_TAP:
+		ex.kind = "TAP"
+	case tt.Mode == netlink.TUNTAP_MODE_TUN:
+		ex.kind = "TUN"
+	case l.Attrs().EncapType == "ether":
+		// A kernel before 4.15 reports no TUN attributes; the link type
+		// (ARPHRD_ETHER or ARPHRD_NONE) still tells the two apart.
+		ex.kind = "TAP"
+	default:
+		ex.kind = "TUN"
+	}
+	return ex
+}
+
+// kindOf names the device type TUNSETIFF flags ask for.
+func kindOf(flags uint16) string {
+	if flags&tunTypeMask == unix.IFF_TAP {
+		return "TAP"
+	}
+	return "TUN"
+}
+
+// explainSetIff explains err, the failure of TUNSETIFF with flags for the
+// device name, which is ex.
+func explainSetIff(name string, flags uint16, err error, ex existing) error {
 	serr := os.NewSyscallError("ioctl TUNSETIFF", err)
+	want := kindOf(flags)
 	multi := flags&unix.IFF_MULTI_QUEUE != 0
 	switch {
+	case ex.found && !ex.tuntap && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EPERM)):
+		return fmt.Errorf("tun %s: %w: the name is taken by a %s device, which is neither TUN nor TAP: pick another name", name, serr, ex.kind)
+	case ex.found && ex.kind != want && (errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EPERM)):
+		fix := "open it with Options.TAP"
+		if ex.kind == "TUN" {
+			fix = "open it without Options.TAP"
+		}
+		return fmt.Errorf("tun %s: %w: %s is a %s device, not %s: %s, or pick another name", name, serr, name, ex.kind, want, fix)
 	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
-		return fmt.Errorf("tun %s: %w: creating or attaching to a TUN device needs CAP_NET_ADMIN: run as root or grant CAP_NET_ADMIN", name, serr)
+		if !ex.found {
+			return fmt.Errorf("tun %s: %w: creating a %s device needs CAP_NET_ADMIN over the network namespace (in the user namespace that owns it): run as root or grant CAP_NET_ADMIN", name, serr, want)
+		}
+		owner := ""
+		if ex.owner != 0 || ex.group != 0 {
+			owner = fmt.Sprintf(" (owner uid %d, group %d)", ex.owner, ex.group)
+		}
+		return fmt.Errorf("tun %s: %w: %s is a %s device of another user%s: attach to it as its owner, or with CAP_NET_ADMIN over the network namespace", name, serr, name, ex.kind, owner)
 	case errors.Is(err, unix.EBUSY):
-		return fmt.Errorf("tun %s: %w: %s is a single-queue TUN device that is already open: close its other user, or pick another name", name, serr, name)
+		return fmt.Errorf("tun %s: %w: %s is a single-queue %s device that is already open: close its other user, or pick another name", name, serr, name, want)
 	case errors.Is(err, unix.E2BIG):
 		return fmt.Errorf("tun %s: %w: the device has the most queues the kernel allows (%d)", name, serr, MaxQueues)
-	case errors.Is(err, unix.EINVAL):
-		l, lerr := netlink.LinkByName(name)
-		if lerr != nil {
-			break
-		}
-		tt, isTun := l.(*netlink.Tuntap)
+	case errors.Is(err, unix.EINVAL) && ex.found:
 		switch {
-		case !isTun:
-			return fmt.Errorf("tun %s: %w: the name is taken by a %s device, not a TUN device: pick another name", name, serr, l.Type())
-		case tt.Mode == netlink.TUNTAP_MODE_TAP:
-			return fmt.Errorf("tun %s: %w: %s is a TAP device, not TUN: delete it or pick another name", name, serr, name)
-		case tt.Flags&netlink.TUNTAP_MULTI_QUEUE != 0 && !multi:
+		case ex.multi && !multi:
 			return fmt.Errorf("tun %s: %w: %s is a multi-queue device: open it with Queues > 1, or delete it", name, serr, name)
-		case tt.Flags&netlink.TUNTAP_MULTI_QUEUE == 0 && multi:
+		case !ex.multi && multi:
 			return fmt.Errorf("tun %s: %w: %s is a single-queue device: open it with one queue, or delete it", name, serr, name)
 		}
 		return fmt.Errorf("tun %s: %w: the existing device does not take these flags (%#x)", name, serr, flags)
@@ -298,7 +462,7 @@ func setIffError(name string, flags uint16, err error) error {
 
 // negotiate sets the virtio-net header size and the offloads (none with
 // noOffload) on a device with the header, and reports what the kernel took.
-func negotiate(io ioctls, d device, fd int, noOffload bool) (Offloads, error) {
+func negotiate(io ioctls, d devInfo, fd int, noOffload bool) (Offloads, error) {
 	// The size is the device's, not the queue's; a persistent device may
 	// have been left with another one, and an adopted one set up for
 	// another header (virtio 1.0's is 12 bytes). Set only if it differs:
@@ -455,6 +619,11 @@ type queue struct {
 	// rxErr is the read failure that stopped the receive goroutine, which
 	// alone touches it.
 	rxErr error
+	// rxProto and rxType are the EtherType and the packet type of the TAP
+	// frame being received, from parseFrame for deliver; they belong to
+	// the holder of gate.Owner.
+	rxProto tcpip.NetworkProtocolNumber
+	rxType  tcpip.PacketType
 	// gro coalesces the TCP segments of one receive round, and rxd is
 	// the round's dispatcher (nil: detached); both belong to the holder
 	// of gate.Owner.
@@ -465,11 +634,19 @@ type queue struct {
 
 // newEndpoint builds an endpoint over open, non-blocking, non-negative
 // descriptors of the device d, one per queue, and owns them from then on.
+// A TAP device (IFF_TAP in d's flags) needs o.MAC set (normalize sets it
+// when o.TAP).
 // It starts no goroutine: Attach starts the receive goroutines, a queue's
 // first refused write its watcher. Tests call it with socketpairs.
-func newEndpoint(d device, o Options, off Offloads, fds []int) *Endpoint {
+func newEndpoint(d devInfo, o Options, off Offloads, fds []int) *Endpoint {
 	name := d.name
 	e := &Endpoint{name: name, multiQueue: d.flags&unix.IFF_MULTI_QUEUE != 0, opts: o, offloads: off, stop: make(chan struct{})}
+	if d.flags&tunTypeMask == unix.IFF_TAP {
+		e.tap, e.linkHdr = true, header.EthernetMinimumSize
+		mac := tcpip.LinkAddress(o.MAC)
+		e.mac.Store(&mac)
+		e.eth = newEthernet(e)
+	}
 	switch {
 	case off.TSO():
 		e.gsoKind = stack.HostGSOSupported
@@ -478,7 +655,7 @@ func newEndpoint(d device, o Options, off Offloads, fds []int) *Endpoint {
 	default:
 		e.gsoKind = stack.GVisorGSOSupported
 	}
-	e.mtu.Store(o.MTU)
+	e.mtu.Store(o.MTU + uint32(e.linkHdr))
 	e.txPool.New = func() any { return newTXScratch() }
 	for i, fd := range fds {
 		f := os.NewFile(uintptr(fd), fmt.Sprintf("%s:%s#%d", cloneDevice, name, i))
@@ -495,7 +672,7 @@ func newEndpoint(d device, o Options, off Offloads, fds []int) *Endpoint {
 		}
 		q.landingSize, q.rxSlots, q.rxTrip = rxBufSize, 1, 1
 		if !off.VNetHeader && !o.NoRXRing {
-			q.setupRXRing(o.MTU)
+			q.setupRXRing(o.MTU + uint32(e.linkHdr))
 		}
 		q.gro.Init(!o.NoGRO)
 		q.gro.SetRounds(&e.rounds)

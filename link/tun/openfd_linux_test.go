@@ -116,7 +116,7 @@ func TestTunOpenFDRefusesOptions(t *testing.T) {
 // with a virtio-net header of hdrSize bytes, and take offloads as offload
 // says; it records the header size and offloads set.
 type fakeTUN struct {
-	dev     device
+	dev     devInfo
 	hdrSize int
 	offload func(flags uint) error
 	setSize error // what TUNSETVNETHDRSZ returns
@@ -125,7 +125,7 @@ type fakeTUN struct {
 
 func (f *fakeTUN) ioctls() ioctls {
 	return ioctls{
-		getIff:      func(int) (device, error) { return f.dev, nil },
+		getIff:      func(int) (devInfo, error) { return f.dev, nil },
 		vnetHdrSize: func(int) (int, error) { return f.hdrSize, nil },
 		setVnetHdrSize: func(_, size int) error {
 			if f.setSize != nil {
@@ -175,7 +175,7 @@ func TestTunOpenFDMovesPackets(t *testing.T) {
 		{"vnet", tunPlain | unix.IFF_VNET_HDR, Offloads{VNetHeader: true, Checksum: true, TSO4: true, TSO6: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &fakeTUN{dev: device{name: "adopted0", flags: tc.flags}, hdrSize: vnet.HeaderSize, offload: noUSO}
+			f := &fakeTUN{dev: devInfo{name: "adopted0", flags: tc.flags}, hdrSize: vnet.HeaderSize, offload: noUSO}
 			e, near, peer := adopt(t, f, &Options{MTU: 1400})
 			require.Equal(t, "adopted0", e.Name())
 			require.Equal(t, 1, e.Queues())
@@ -226,7 +226,7 @@ func TestTunOpenFDMovesPackets(t *testing.T) {
 }
 
 func TestTunOpenFDNegotiates(t *testing.T) {
-	vnetMQ := device{name: "mq0", flags: tunPlain | unix.IFF_VNET_HDR | unix.IFF_MULTI_QUEUE}
+	vnetMQ := devInfo{name: "mq0", flags: tunPlain | unix.IFF_VNET_HDR | unix.IFF_MULTI_QUEUE}
 
 	// A header of another size is set to ours; USO is tried first, then
 	// the offloads the kernel takes.
@@ -265,7 +265,7 @@ func TestTunOpenFDNegotiates(t *testing.T) {
 // negotiated again. A device without offloads, or with inherited ones,
 // is left alone.
 func TestTunSetCoalescingOffloads(t *testing.T) {
-	vnetDev := device{name: "fwd0", flags: tunPlain | unix.IFF_VNET_HDR}
+	vnetDev := devInfo{name: "fwd0", flags: tunPlain | unix.IFF_VNET_HDR}
 	f := &fakeTUN{dev: vnetDev, hdrSize: vnet.HeaderSize, offload: noUSO}
 	e, _, _ := adopt(t, f, nil)
 	negotiated := offloadTries[1]
@@ -283,7 +283,7 @@ func TestTunSetCoalescingOffloads(t *testing.T) {
 	}{
 		{"no offload", &fakeTUN{dev: vnetDev, hdrSize: vnet.HeaderSize, offload: noUSO}, &Options{NoOffload: true}},
 		{"inherited", &fakeTUN{dev: vnetDev, hdrSize: vnet.HeaderSize, offload: func(uint) error { return unix.EPERM }}, nil},
-		{"no header", &fakeTUN{dev: device{name: "fwd1", flags: tunPlain}, offload: noUSO}, nil},
+		{"no header", &fakeTUN{dev: devInfo{name: "fwd1", flags: tunPlain}, offload: noUSO}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, _, _ := adopt(t, tc.f, tc.o)
@@ -301,18 +301,21 @@ func TestTunOpenFDRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		f    fakeTUN
+		opts *Options
 		want string
 		is   error
 	}{
-		{"tap", fakeTUN{dev: device{name: "tap0", flags: unix.IFF_TAP | unix.IFF_NO_PI}}, "tap0 is a TAP device", nil},
-		{"pi", fakeTUN{dev: device{name: "tun7", flags: unix.IFF_TUN}}, "without IFF_NO_PI", nil},
-		{"header size", fakeTUN{dev: device{name: "tun8", flags: tunPlain | unix.IFF_VNET_HDR}, hdrSize: 12, setSize: unix.EACCES}, "set the virtio-net header size to 10 (it is 12)", unix.EACCES},
-		{"offload", fakeTUN{dev: device{name: "tun9", flags: tunPlain | unix.IFF_VNET_HDR}, hdrSize: vnet.HeaderSize, offload: func(uint) error { return unix.EIO }}, "tun tun9: set offloads", unix.EIO},
+		{"tun asked as tap", fakeTUN{dev: devInfo{name: "tun6", flags: tunPlain}}, &Options{TAP: true}, "tun6 is a TUN device, which carries IP packets: adopt it without Options.TAP", nil},
+		{"tap", fakeTUN{dev: devInfo{name: "tap0", flags: unix.IFF_TAP | unix.IFF_NO_PI}}, nil, "tap0 is a TAP device, which carries Ethernet frames: adopt it with Options.TAP", nil},
+		{"neither", fakeTUN{dev: devInfo{name: "odd0", flags: unix.IFF_NO_PI}}, nil, "odd0 is neither a TUN nor a TAP device", nil},
+		{"pi", fakeTUN{dev: devInfo{name: "tun7", flags: unix.IFF_TUN}}, nil, "without IFF_NO_PI", nil},
+		{"header size", fakeTUN{dev: devInfo{name: "tun8", flags: tunPlain | unix.IFF_VNET_HDR}, hdrSize: 12, setSize: unix.EACCES}, nil, "set the virtio-net header size to 10 (it is 12)", unix.EACCES},
+		{"offload", fakeTUN{dev: devInfo{name: "tun9", flags: tunPlain | unix.IFF_VNET_HDR}, hdrSize: vnet.HeaderSize, offload: func(uint) error { return unix.EIO }}, nil, "tun tun9: set offloads", unix.EIO},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			near, _ := blockingPair(t)
 			closeAtEnd(t, near)
-			_, err := openFD(tc.f.ioctls(), near, nil)
+			_, err := openFD(tc.f.ioctls(), near, tc.opts)
 			require.ErrorContains(t, err, tc.want)
 			if tc.is != nil {
 				require.True(t, errors.Is(err, tc.is), "%v", err)

@@ -1,10 +1,13 @@
 package tun
 
 import (
+	"crypto/rand"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 
+	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
 
@@ -40,15 +43,39 @@ const (
 	HostGSOMaxSize = 1 << 16
 )
 
-// Options configures Open and OpenFD. A nil *Options means
+// Options configures Create, Open and OpenFD. A nil *Options means
 // DefaultOptions; in a non-nil Options a zero Queues, MTU or RXBatch means
-// its default, while the booleans and Addrs are taken as they are.
+// its default, and an empty MAC a random one, while the booleans and Addrs
+// are taken as they are.
 //
 // OpenFD adopts a device that something else created and configured, and
 // uses no netlink: it refuses Addrs and Queues > 1, which only Open can
 // honour, and ignores NoUp; MTU is then only what the endpoint reports to
-// gVisor, which cannot learn the device's.
+// gVisor, which cannot learn the device's. Create reads only the options
+// that shape the device (TAP, Queues, NoOffload, MTU, Addrs, NoUp,
+// NoConfigure); the others are the endpoint's.
 type Options struct {
+	// TAP selects a TAP device (IFF_TAP), which carries Ethernet frames,
+	// instead of a TUN device (IFF_TUN), which carries IP packets: what
+	// rootless container tools hand their network helper (RootlessKit's
+	// and Podman's tap0). Open and Create create or attach to a TAP
+	// device, and OpenFD adopts one. The endpoint then carries whole
+	// frames, and Ethernet returns it ready for a stack: gVisor's
+	// Ethernet framing around it, with ARP and neighbour discovery.
+	TAP bool
+	// MAC is the link address of ustack's side of a TAP device: the
+	// kernel's side has its own (the device's), and frames between the two
+	// carry both. It must be a unicast Ethernet address; empty means a
+	// random locally administered one, new for each endpoint. Only a TAP
+	// device has one: with TAP false, MAC must be empty.
+	MAC net.HardwareAddr
+	// NoConfigure leaves the device's configuration to its creator, as
+	// RootlessKit configures the tap0 it creates: Open and Create set no
+	// MTU, add no address and leave the link state as it is (they touch
+	// nothing but the device's descriptors), so Addrs must be empty and
+	// NoUp has no effect. A zero MTU then means the device's own, read
+	// through netlink.
+	NoConfigure bool
 	// Queues is the number of queues: one file descriptor and one receive
 	// goroutine each. More than one opens the device with
 	// IFF_MULTI_QUEUE, and an existing device must then be multi-queue too.
@@ -75,7 +102,9 @@ type Options struct {
 	// comparison.
 	NoCache bool
 	// MTU is set on the device and reported by the endpoint, from MinMTU to
-	// MaxMTU. OpenFD does not set it on the device: give the MTU the
+	// MaxMTU: the largest IP packet, Ethernet header not included on a TAP
+	// device (as the kernel counts a device's MTU). With NoConfigure, zero
+	// means the device's MTU. OpenFD does not set it on the device: give the MTU the
 	// device was configured with (VpnService.Builder.setMtu's on Android),
 	// or gVisor sends packets the kernel drops as too big (larger) or
 	// wastes the link (smaller).
@@ -116,23 +145,26 @@ type Options struct {
 	NoRXRing bool
 }
 
-// DefaultOptions returns the options a nil *Options stands for: one queue,
-// offloads on, a 1500-byte MTU, no addresses, link up.
+// DefaultOptions returns the options a nil *Options stands for: a TUN
+// device of one queue, offloads on, a 1500-byte MTU, no addresses, link
+// up.
 func DefaultOptions() Options {
 	return Options{Queues: 1, MTU: DefaultMTU, RXBatch: DefaultRXBatch}
 }
 
-// normalize fills defaults into a copy of o and checks it.
+// normalize fills defaults into a copy of o and checks it. With
+// NoConfigure a zero MTU stays zero, for Create to read the device's.
 func (o *Options) normalize() (Options, error) {
 	if o == nil {
 		return DefaultOptions(), nil
 	}
 	r := *o
 	r.Addrs = append([]netip.Prefix(nil), o.Addrs...)
+	r.MAC = append(net.HardwareAddr(nil), o.MAC...)
 	if r.Queues == 0 {
 		r.Queues = 1
 	}
-	if r.MTU == 0 {
+	if r.MTU == 0 && !r.NoConfigure {
 		r.MTU = DefaultMTU
 	}
 	if r.RXBatch == 0 {
@@ -141,10 +173,21 @@ func (o *Options) normalize() (Options, error) {
 	switch {
 	case r.Queues < 1 || r.Queues > MaxQueues:
 		return r, fmt.Errorf("tun: %d queues: must be from 1 to %d", r.Queues, MaxQueues)
-	case r.MTU < MinMTU || r.MTU > MaxMTU:
+	case r.MTU != 0 && (r.MTU < MinMTU || r.MTU > MaxMTU):
 		return r, fmt.Errorf("tun: MTU %d: must be from %d to %d", r.MTU, MinMTU, MaxMTU)
 	case r.RXBatch < 1 || r.RXBatch > MaxRXBatch:
 		return r, fmt.Errorf("tun: RX batch %d: must be from 1 to %d", r.RXBatch, MaxRXBatch)
+	case r.NoConfigure && len(r.Addrs) > 0:
+		return r, fmt.Errorf("tun: Addrs %v with NoConfigure: the device's creator configures it; leave Addrs empty, or let Open configure the device", r.Addrs)
+	case !r.TAP && len(r.MAC) > 0:
+		return r, fmt.Errorf("tun: MAC %v: a TUN device carries IP packets and has no link address; set TAP for a TAP device, or leave MAC empty", r.MAC)
+	}
+	if r.TAP {
+		mac, err := linkAddress(r.MAC)
+		if err != nil {
+			return r, err
+		}
+		r.MAC = mac
 	}
 	for _, p := range r.Addrs {
 		switch {
@@ -169,6 +212,27 @@ func checkAdopted(fd int, o *Options) error {
 		return fmt.Errorf("tun fd %d: Addrs %v: OpenFD does not configure the device (it uses no netlink); leave Addrs empty and have the device's creator add them", fd, o.Addrs)
 	}
 	return nil
+}
+
+// linkAddress checks mac, a TAP endpoint's link address, or makes one if
+// it is empty: random, with the locally administered bit set and the
+// multicast bit clear, as the kernel's eth_random_addr makes a device's.
+func linkAddress(mac net.HardwareAddr) (net.HardwareAddr, error) {
+	if len(mac) == 0 {
+		mac = make(net.HardwareAddr, header.EthernetAddressSize)
+		rand.Read(mac) // never fails (crypto/rand)
+		mac[0] = mac[0]&^0x01 | 0x02
+		return mac, nil
+	}
+	switch a := tcpip.LinkAddress(mac); {
+	case len(mac) != header.EthernetAddressSize:
+		return nil, fmt.Errorf("tun: MAC %v: not an Ethernet address (%d bytes, not %d)", mac, len(mac), header.EthernetAddressSize)
+	case header.IsMulticastEthernetAddress(a):
+		return nil, fmt.Errorf("tun: MAC %v: a multicast (or broadcast) address; give a unicast one (first byte even)", mac)
+	case a == header.UnspecifiedEthernetAddress:
+		return nil, fmt.Errorf("tun: MAC %v: the unspecified address; give a unicast one, or leave MAC empty for a random one", mac)
+	}
+	return mac, nil
 }
 
 // checkName checks an interface name before it goes to the kernel. The

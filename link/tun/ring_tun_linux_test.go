@@ -10,8 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
-	"github.com/ustack-dev/ustack/internal/netns"
-	"github.com/ustack-dev/ustack/internal/testenv"
 	"github.com/ustack-dev/ustack/link/linktest"
 )
 
@@ -21,14 +19,7 @@ import (
 // back, the first larger packet is lost and counted, and the slots grow at
 // once to hold the next ones whole.
 func TestTunRXRingDeviceMTURaised(t *testing.T) {
-	ns, err := netns.New("tunoff-rxring")
-	if err != nil {
-		if netns.NoPrivilege(err) {
-			testenv.Skip(t, "%v", err)
-		}
-		t.Fatal(err)
-	}
-	defer ns.Close()
+	ns := testNS(t, "tunoff-rxring")
 	// No IPv6 on the device: its router and listener solicitations would
 	// arrive among the test's packets.
 	require.NoError(t, ns.Sysctl("ipv6/conf/default/disable_ipv6", "1"))
@@ -40,9 +31,7 @@ func TestTunRXRingDeviceMTURaised(t *testing.T) {
 	}))
 	defer e.Close()
 	q := e.queues[0]
-	if q.rxRing == nil {
-		t.Skip("this kernel offers no io_uring")
-	}
+	requireRing(t, q.rxRing != nil)
 	s := linktest.NewSink()
 	e.AttachAndStart(s, func() {}) // rounds are driven by hand
 	fd := uintptr(queueFD(q))

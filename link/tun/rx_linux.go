@@ -14,6 +14,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/cache"
+	"github.com/ustack-dev/ustack/link/internal/linkutil"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
 
@@ -40,7 +41,7 @@ func (q *queue) landing() []byte {
 func (q *queue) usoBuf() []byte {
 	if q.rxCache == nil {
 		if q.uso == nil {
-			q.uso = make([]byte, maxPacketSize)
+			q.uso = make([]byte, maxFrameSize)
 		}
 		return q.uso
 	}
@@ -225,7 +226,7 @@ func (q *queue) readTrips(fd uintptr, pushEnd *bool, trip int) (n int, again boo
 		case rerr == nil:
 			q.receive(buf[:m])
 			n++
-			if pushEnd != nil && n == 1 && pushed(buf[:m], q.e.offloads.VNetHeader) {
+			if pushEnd != nil && n == 1 && pushed(buf[:m], q.e.offloads.VNetHeader, q.e.linkHdr) {
 				// A request, most likely, alone: deliver it now rather
 				// than after one more read, which would find the
 				// queue empty (Linux's GRO also flushes a flow at PSH).
@@ -314,15 +315,27 @@ func (q *queue) growRXSlot(size int) {
 func rxSlotFor(size int) int { return (size + 1 + 63) &^ 63 }
 
 // pushed reports whether frame, as read from the device (after a
-// virtio-net header with vnetHdr), is a TCP segment with PSH set: the end
-// of what its sender had to send for now.
-func pushed(frame []byte, vnetHdr bool) bool {
+// virtio-net header with vnetHdr, and an Ethernet header of linkHdr bytes
+// on a TAP device), is a TCP segment with PSH set: the end of what its
+// sender had to send for now.
+func pushed(frame []byte, vnetHdr bool, linkHdr int) bool {
 	ip := frame
 	if vnetHdr {
 		if len(frame) < vnet.HeaderSize {
 			return false
 		}
 		ip = frame[vnet.HeaderSize:]
+	}
+	if linkHdr > 0 {
+		if len(ip) < linkHdr {
+			return false
+		}
+		switch header.Ethernet(ip).Type() {
+		case header.IPv4ProtocolNumber, header.IPv6ProtocolNumber:
+		default:
+			return false
+		}
+		ip = ip[linkHdr:]
 	}
 	var l4 []byte
 	switch header.IPVersion(ip) {
@@ -373,20 +386,48 @@ func (q *queue) busyPoll() int {
 }
 
 // receive handles one frame read from the queue: the virtio-net header (if
-// on) and the IP packet, in the queue's landing buffer b, which is reused as
-// soon as receive returns. It checks the header and the checksums, splits a
-// UDP super-packet, and delivers.
+// on), then the IP packet, or on a TAP device the Ethernet frame, in the
+// queue's landing buffer b, which is reused as soon as receive returns. It
+// checks the header and the checksums, splits a UDP super-packet, and
+// delivers.
 func (q *queue) receive(b []byte) {
 	if len(b) >= rxBufSize {
 		// The packet filled the buffer: it was larger and got cut.
 		q.rxErrors.Add(1)
 		return
 	}
-	if !q.e.offloads.VNetHeader {
-		if q.e.verifyRX() {
+	e := q.e
+	frame := b
+	var h vnet.Header
+	if e.offloads.VNetHeader {
+		var err error
+		if h, err = vnet.Decode(b); err != nil {
+			q.rxErrors.Add(1)
+			return
+		}
+		frame = b[vnet.HeaderSize:]
+		if h.Check(len(frame)) != nil {
+			q.rxErrors.Add(1)
+			return
+		}
+	}
+	ip := frame
+	if e.tap {
+		var ok bool
+		if frame, ok = q.parseFrame(frame); !ok {
+			return
+		}
+		if q.rxProto == header.ARPProtocolNumber {
+			q.deliver(frame) // no checksum, no offload
+			return
+		}
+		ip = frame[header.EthernetMinimumSize:]
+	}
+	if !e.offloads.VNetHeader {
+		if e.verifyRX() {
 			// The endpoint claims RX checksum offload for GRO's sake:
 			// check here what gVisor then will not.
-			switch vnet.CheckIP(b) {
+			switch vnet.CheckIP(ip) {
 			case vnet.Bad:
 				q.rxBadChecksum.Add(1)
 				return
@@ -395,17 +436,7 @@ func (q *queue) receive(b []byte) {
 				return
 			}
 		}
-		q.deliver(b)
-		return
-	}
-	h, err := vnet.Decode(b)
-	if err != nil {
-		q.rxErrors.Add(1)
-		return
-	}
-	ip := b[vnet.HeaderSize:]
-	if h.Check(len(ip)) != nil {
-		q.rxErrors.Add(1)
+		q.deliver(frame)
 		return
 	}
 	switch vnet.Inspect(h, ip) {
@@ -418,7 +449,7 @@ func (q *queue) receive(b []byte) {
 	}
 	switch h.GSOType &^ vnet.GSOECN {
 	case vnet.GSOUDPL4:
-		if _, err := splitUSO(h, ip, q.usoBuf(), q.countUSO, q.deliver); err != nil {
+		if _, err := splitUSO(h, frame, e.linkHdr, q.usoBuf(), q.countUSO, q.deliver); err != nil {
 			q.rxErrors.Add(1)
 		}
 		return
@@ -427,7 +458,49 @@ func (q *queue) receive(b []byte) {
 		// Linux's own stack takes a GRO packet.
 		q.e.rxSuper.Add(1)
 	}
-	q.deliver(ip)
+	q.deliver(frame)
+}
+
+// parseFrame reads the Ethernet header of frame, a TAP device's, into
+// q.rxProto and q.rxType for deliver, and returns the frame cut to its IP
+// packet's own length (linkutil.TrimPadding). It drops and counts, and
+// reports false for, a frame shorter than its header (RXErrors), one of
+// an EtherType other than IPv4, IPv6 and ARP, and one addressed to
+// another host (RXMalformed: Linux drops those too, and a forwarding
+// stack must not route them).
+func (q *queue) parseFrame(frame []byte) ([]byte, bool) {
+	if len(frame) < header.EthernetMinimumSize {
+		q.rxErrors.Add(1)
+		return nil, false
+	}
+	eth := header.Ethernet(frame)
+	q.rxProto = eth.Type()
+	switch q.rxProto {
+	case header.IPv4ProtocolNumber, header.IPv6ProtocolNumber, header.ARPProtocolNumber:
+	default:
+		q.rxMalformed.Add(1)
+		return nil, false
+	}
+	if q.rxType = q.e.packetType(frame[:header.EthernetAddressSize]); q.rxType == tcpip.PacketOtherHost {
+		q.rxMalformed.Add(1)
+		return nil, false
+	}
+	return linkutil.TrimPadding(frame, header.EthernetMinimumSize, q.rxProto), true
+}
+
+// packetType classifies a received frame by its destination address dst,
+// as gVisor's Ethernet endpoint does, for the stack (ARP takes a reply
+// sent to this host, PacketHost, as solicited).
+func (e *Endpoint) packetType(dst []byte) tcpip.PacketType {
+	switch {
+	case string(dst) == string(header.EthernetBroadcastAddress):
+		return tcpip.PacketBroadcast
+	case dst[0]&0x01 != 0: // the group bit
+		return tcpip.PacketMulticast
+	case string(dst) == string(e.LinkAddress()):
+		return tcpip.PacketHost
+	}
+	return tcpip.PacketOtherHost
 }
 
 // countUSO counts a UDP super-packet about to be split into n datagrams.
@@ -436,19 +509,23 @@ func (q *queue) countUSO(n int) {
 	q.e.rxUSODatagrams.Add(uint64(n))
 }
 
-// deliver copies the IP packet ip once into a right-sized pooled view and
-// hands it to the round's GRO, for the round's dispatcher. ip is the
+// deliver copies the IP packet ip (on a TAP device, the Ethernet frame
+// that parseFrame read) once into a right-sized pooled view and hands it
+// to the round's GRO, for the round's dispatcher: on a TAP device with
+// its Ethernet header consumed, so that GRO sees the IP packet. ip is the
 // caller's and may be reused as soon as deliver returns.
 func (q *queue) deliver(ip []byte) {
-	var proto tcpip.NetworkProtocolNumber
-	switch header.IPVersion(ip) {
-	case header.IPv4Version:
-		proto = header.IPv4ProtocolNumber
-	case header.IPv6Version:
-		proto = header.IPv6ProtocolNumber
-	default:
-		q.rxMalformed.Add(1)
-		return
+	proto := q.rxProto
+	if !q.e.tap {
+		switch header.IPVersion(ip) {
+		case header.IPv4Version:
+			proto = header.IPv4ProtocolNumber
+		case header.IPv6Version:
+			proto = header.IPv6ProtocolNumber
+		default:
+			q.rxMalformed.Add(1)
+			return
+		}
 	}
 	if q.rxd == nil {
 		q.rxDetached.Add(1)
@@ -457,6 +534,12 @@ func (q *queue) deliver(ip []byte) {
 	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{
 		Payload: buffer.MakeWithView(buffer.NewViewWithData(ip)),
 	})
+	if q.e.tap {
+		// Cannot fail: parseFrame checked the length, and a USO datagram
+		// carries the super-packet's header.
+		pkt.LinkHeader().Consume(header.EthernetMinimumSize)
+		pkt.PktType = q.rxType
+	}
 	pkt.NetworkProtocolNumber = proto
 	pkt.RXChecksumValidated = q.e.Capabilities()&stack.CapabilityRXChecksumOffload != 0
 	q.rxPackets.Add(1)

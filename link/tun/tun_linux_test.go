@@ -28,7 +28,8 @@ import (
 // unprivileged. Open itself is tested in integration/, against the kernel.
 
 // pairEndpoint builds an endpoint over n socketpairs and returns the peer
-// ends (blocking, with a receive timeout), closed when the test ends.
+// ends (blocking, with a receive timeout), closed when the test ends. With
+// o.TAP the socketpairs stand in for a TAP device's queues.
 func pairEndpoint(t testing.TB, n int, off Offloads, o *Options) (*Endpoint, []int) {
 	t.Helper()
 	opts, err := o.normalize()
@@ -43,7 +44,11 @@ func pairEndpoint(t testing.TB, n int, off Offloads, o *Options) (*Endpoint, []i
 		near, peers = append(near, fds[0]), append(peers, fds[1])
 		t.Cleanup(func() { unix.Close(fds[1]) })
 	}
-	e := newEndpoint(device{name: "pair"}, opts, off, near)
+	d := devInfo{name: "pair", flags: unix.IFF_TUN}
+	if opts.TAP {
+		d.flags = unix.IFF_TAP
+	}
+	e := newEndpoint(d, opts, off, near)
 	t.Cleanup(e.Close)
 	return e, peers
 }
@@ -511,34 +516,47 @@ func TestTunReceiveWithoutVNetHeader(t *testing.T) {
 }
 
 // TestTunGRO: the segments one round reads are coalesced; a round never
-// holds one back for the next.
+// holds one back for the next. On a TAP device GRO sees the IP packets
+// behind the frames' Ethernet header, and the coalesced packet keeps the
+// first frame's.
 func TestTunGRO(t *testing.T) {
-	for _, nogro := range []bool{false, true} {
-		t.Run(fmt.Sprintf("NoGRO=%v", nogro), func(t *testing.T) {
-			e, peers := pairEndpoint(t, 1, Offloads{}, &Options{NoGRO: nogro})
-			q := e.queues[0]
-			r := linktest.NewSink()
-			e.AttachAndStart(r, func() {}) // rounds by hand
-			const n, size = 4, 1000
-			for i := range n {
-				_, err := unix.Write(peers[0], tcp4Seq(make([]byte, size), uint32(1+i*size)))
-				require.NoError(t, err)
-			}
-			require.NoError(t, q.rc.Control(func(fd uintptr) {
-				k, again, err := q.roundLocked(fd)
-				require.NoError(t, err)
-				require.False(t, again)
-				require.Equal(t, n, k)
-			}))
-			got := r.Packets()
-			if nogro {
-				require.Len(t, got, n)
-				return
-			}
-			require.Len(t, got, 1, "one round, one flow: one packet")
-			require.Len(t, got[0].Data, header.IPv4MinimumSize+header.TCPMinimumSize+n*size)
-			require.Equal(t, uint64(n), e.LinkStats().RXPackets, "RXPackets counts what was read")
-		})
+	for _, tap := range []bool{false, true} {
+		for _, nogro := range []bool{false, true} {
+			t.Run(fmt.Sprintf("TAP=%v/NoGRO=%v", tap, nogro), func(t *testing.T) {
+				o := &Options{NoGRO: nogro}
+				wire := func(ip []byte) []byte { return ip }
+				if tap {
+					o = tapOptions(o)
+					wire = func(ip []byte) []byte { return ethFrame(ustackMAC, header.IPv4ProtocolNumber, ip) }
+				}
+				e, peers := pairEndpoint(t, 1, Offloads{}, o)
+				q := e.queues[0]
+				r := linktest.NewSink()
+				e.AttachAndStart(r, func() {}) // rounds by hand
+				const n, size = 4, 1000
+				for i := range n {
+					_, err := unix.Write(peers[0], wire(tcp4Seq(make([]byte, size), uint32(1+i*size))))
+					require.NoError(t, err)
+				}
+				require.NoError(t, q.rc.Control(func(fd uintptr) {
+					k, again, err := q.roundLocked(fd)
+					require.NoError(t, err)
+					require.False(t, again)
+					require.Equal(t, n, k)
+				}))
+				got := r.Packets()
+				if nogro {
+					require.Len(t, got, n)
+					return
+				}
+				require.Len(t, got, 1, "one round, one flow: one packet")
+				require.Len(t, got[0].Payload, header.IPv4MinimumSize+header.TCPMinimumSize+n*size)
+				if tap {
+					require.Equal(t, ethHeader(header.IPv4ProtocolNumber), got[0].LinkHeader)
+				}
+				require.Equal(t, uint64(n), e.LinkStats().RXPackets, "RXPackets counts what was read")
+			})
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package tun
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"net/netip"
 	"testing"
 
@@ -56,6 +57,54 @@ func TestTunOptionsNormalize(t *testing.T) {
 		{"huge batch", Options{RXBatch: MaxRXBatch + 1}, "RX batch"},
 		{"invalid prefix", Options{Addrs: []netip.Prefix{{}}}, "not a valid CIDR prefix"},
 		{"mapped", Options{Addrs: []netip.Prefix{netip.MustParsePrefix("::ffff:198.18.20.1/120")}}, "IPv4-mapped"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.opts.normalize()
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// TestTunOptionsTAP: a TAP device's MAC is checked, or made random,
+// unicast and locally administered; a TUN device takes none; NoConfigure
+// takes no addresses, and leaves a zero MTU for Create to read.
+func TestTunOptionsTAP(t *testing.T) {
+	seen := map[string]bool{}
+	for range 8 {
+		o, err := (&Options{TAP: true}).normalize()
+		require.NoError(t, err)
+		require.Len(t, o.MAC, 6)
+		require.Equal(t, byte(0x02), o.MAC[0]&0x03, "locally administered, unicast: % x", o.MAC)
+		seen[o.MAC.String()] = true
+	}
+	require.Greater(t, len(seen), 1, "random")
+
+	mac := net.HardwareAddr{0x52, 0x55, 0x0a, 0x00, 0x02, 0x02}
+	o, err := (&Options{TAP: true, MAC: mac}).normalize()
+	require.NoError(t, err)
+	require.Equal(t, mac, o.MAC)
+	mac[5] = 9
+	require.Equal(t, byte(2), o.MAC[5], "normalize copies MAC")
+
+	o, err = (&Options{NoConfigure: true}).normalize()
+	require.NoError(t, err)
+	require.Zero(t, o.MTU, "the device's MTU, read by Create")
+	o, err = (&Options{NoConfigure: true, MTU: 9000}).normalize()
+	require.NoError(t, err)
+	require.Equal(t, uint32(9000), o.MTU)
+
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"MAC on TUN", Options{MAC: mac}, "a TUN device carries IP packets and has no link address"},
+		{"short MAC", Options{TAP: true, MAC: mac[:4]}, "not an Ethernet address"},
+		{"multicast MAC", Options{TAP: true, MAC: net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1}}, "multicast"},
+		{"broadcast MAC", Options{TAP: true, MAC: net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}, "multicast (or broadcast)"},
+		{"zero MAC", Options{TAP: true, MAC: make(net.HardwareAddr, 6)}, "the unspecified address"},
+		{"addresses without configuring", Options{NoConfigure: true, Addrs: []netip.Prefix{netip.MustParsePrefix("198.18.20.1/24")}}, "with NoConfigure: the device's creator configures it"},
+		{"small MTU without configuring", Options{NoConfigure: true, MTU: 576}, "MTU 576"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tc.opts.normalize()
@@ -198,50 +247,87 @@ func udpSuper(v6 bool, payload []byte) ([]byte, vnet.Header) {
 	return ip, vnet.Header{Flags: vnet.FlagNeedsCsum, GSOType: vnet.GSOUDPL4, HdrLen: uint16(l4 + 8), GSOSize: 1000, CsumStart: uint16(l4), CsumOffset: 6}
 }
 
+// ethHeader is an Ethernet header from the kernel's side of a TAP device
+// to ustack's, for frames of protocol proto.
+func ethHeader(proto tcpip.NetworkProtocolNumber) []byte {
+	b := make([]byte, header.EthernetMinimumSize)
+	header.Ethernet(b).Encode(&header.EthernetFields{SrcAddr: kernelMAC, DstAddr: ustackMAC, Type: proto})
+	return b
+}
+
+var (
+	kernelMAC = tcpip.LinkAddress("\x02\x00\x00\x00\x00\x01")
+	ustackMAC = tcpip.LinkAddress("\x02\x00\x00\x00\x00\x02")
+)
+
+// withLink puts the Ethernet header eth (none if empty) in front of the IP
+// packet ip, and moves h's offsets behind it, as a TAP device's frame
+// carries them.
+func withLink(eth, ip []byte, h vnet.Header) ([]byte, vnet.Header) {
+	if len(eth) == 0 {
+		return ip, h
+	}
+	h.CsumStart += uint16(len(eth))
+	h.HdrLen += uint16(len(eth))
+	return append(bytes.Clone(eth), ip...), h
+}
+
 func TestTunSplitUSO(t *testing.T) {
-	for _, v6 := range []bool{false, true} {
-		for _, size := range []int{1, 999, 1000, 1001, 9500, 64000} {
-			t.Run(fmt.Sprintf("v6=%v/%d", v6, size), func(t *testing.T) {
-				payload := make([]byte, size)
-				for i := range payload {
-					payload[i] = byte(i*7 + i>>8)
-				}
-				ip, h := udpSuper(v6, payload)
-				require.NoError(t, h.Check(len(ip)))
-				var got []byte
-				var ids []uint16
-				counted := -1
-				n, err := splitUSO(h, ip, make([]byte, maxPacketSize), func(n int) { counted = n }, func(d []byte) {
-					require.Positive(t, counted, "counted before the first datagram is emitted")
-					require.True(t, vnet.VerifyIP(d), "datagram %d has bad checksums", len(ids))
-					l4 := int(h.CsumStart)
-					u := header.UDP(d[l4:])
-					require.Equal(t, len(d)-l4, int(u.Length()))
-					require.LessOrEqual(t, len(u.Payload()), int(h.GSOSize))
-					if v6 {
-						require.Equal(t, len(d)-header.IPv6MinimumSize, int(header.IPv6(d).PayloadLength()))
-					} else {
-						require.Equal(t, len(d), int(header.IPv4(d).TotalLength()))
-						ids = append(ids, header.IPv4(d).ID())
+	for _, tap := range []bool{false, true} {
+		for _, v6 := range []bool{false, true} {
+			for _, size := range []int{1, 999, 1000, 1001, 9500, 64000} {
+				t.Run(fmt.Sprintf("tap=%v/v6=%v/%d", tap, v6, size), func(t *testing.T) {
+					payload := make([]byte, size)
+					for i := range payload {
+						payload[i] = byte(i*7 + i>>8)
 					}
-					require.Equal(t, uint16(4000), u.SourcePort())
-					got = append(got, u.Payload()...)
+					ip, h := udpSuper(v6, payload)
+					var eth []byte
+					if tap {
+						eth = ethHeader(header.IPv4ProtocolNumber)
+						if v6 {
+							eth = ethHeader(header.IPv6ProtocolNumber)
+						}
+					}
+					fr, fh := withLink(eth, ip, h)
+					require.NoError(t, fh.Check(len(fr)))
+					var got []byte
+					var ids []uint16
+					counted := -1
+					n, err := splitUSO(fh, fr, len(eth), make([]byte, maxFrameSize), func(n int) { counted = n }, func(f []byte) {
+						require.Positive(t, counted, "counted before the first datagram is emitted")
+						require.True(t, bytes.Equal(eth, f[:len(eth)]), "every datagram behind the frame's link header")
+						d := f[len(eth):]
+						require.True(t, vnet.VerifyIP(d), "datagram %d has bad checksums", len(ids))
+						l4 := int(h.CsumStart)
+						u := header.UDP(d[l4:])
+						require.Equal(t, len(d)-l4, int(u.Length()))
+						require.LessOrEqual(t, len(u.Payload()), int(h.GSOSize))
+						if v6 {
+							require.Equal(t, len(d)-header.IPv6MinimumSize, int(header.IPv6(d).PayloadLength()))
+						} else {
+							require.Equal(t, len(d), int(header.IPv4(d).TotalLength()))
+							ids = append(ids, header.IPv4(d).ID())
+						}
+						require.Equal(t, uint16(4000), u.SourcePort())
+						got = append(got, u.Payload()...)
+					})
+					require.NoError(t, err)
+					require.Equal(t, (size+999)/1000, n)
+					require.Equal(t, n, counted, "count was told what followed")
+					require.Equal(t, payload, got, "the datagrams carry the payload in order")
+					for i, id := range ids {
+						require.Equal(t, uint16(0xfffe+i), id, "IPv4 IDs count up from the super-packet's, wrapping")
+					}
 				})
-				require.NoError(t, err)
-				require.Equal(t, (size+999)/1000, n)
-				require.Equal(t, n, counted, "count was told what followed")
-				require.Equal(t, payload, got, "the datagrams carry the payload in order")
-				for i, id := range ids {
-					require.Equal(t, uint16(0xfffe+i), id, "IPv4 IDs count up from the super-packet's, wrapping")
-				}
-			})
+			}
 		}
 	}
 }
 
 func TestTunSplitUSOMalformed(t *testing.T) {
 	ip, h := udpSuper(false, make([]byte, 3000))
-	scratch := make([]byte, maxPacketSize)
+	scratch := make([]byte, maxFrameSize)
 	for _, tc := range []struct {
 		name string
 		mod  func(ip []byte, h *vnet.Header) []byte
@@ -259,13 +345,32 @@ func TestTunSplitUSOMalformed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c, hc := bytes.Clone(ip), h
 			c = tc.mod(c, &hc)
-			n, err := splitUSO(hc, c, scratch, func(int) { t.Fatal("counted a malformed packet") }, func([]byte) { t.Fatal("emitted a datagram of a malformed packet") })
+			n, err := splitUSO(hc, c, 0, scratch, func(int) { t.Fatal("counted a malformed packet") }, func([]byte) { t.Fatal("emitted a datagram of a malformed packet") })
 			require.Error(t, err)
 			require.Zero(t, n)
 		})
 	}
-	_, err := splitUSO(h, ip, make([]byte, 100), func(int) {}, func([]byte) {})
+	_, err := splitUSO(h, ip, 0, make([]byte, 100), func(int) {}, func([]byte) {})
 	require.ErrorContains(t, err, "datagram buffer")
+	// Behind a link header, the offsets count from the frame's start: one
+	// that points into the link header, or a frame shorter than it, is
+	// refused.
+	fr, fh := withLink(ethHeader(header.IPv4ProtocolNumber), ip, h)
+	for _, tc := range []struct {
+		name string
+		fr   []byte
+		h    vnet.Header
+	}{
+		{"checksum in the link header", fr, vnet.Header{Flags: fh.Flags, GSOType: fh.GSOType, GSOSize: fh.GSOSize, CsumStart: 4, CsumOffset: 6}},
+		{"offsets not moved", fr, h},
+		{"shorter than the link header", fr[:10], fh},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, err := splitUSO(tc.h, tc.fr, header.EthernetMinimumSize, scratch, func(int) { t.Fatal("counted a malformed packet") }, func([]byte) { t.Fatal("emitted a datagram of a malformed packet") })
+			require.Error(t, err)
+			require.Zero(t, n)
+		})
+	}
 }
 
 // tcp4Packet builds an IPv4 TCP packet with correct checksums.
@@ -301,7 +406,9 @@ func frame(h vnet.Header, ip []byte) []byte {
 // FuzzSplitUSO: no header or packet panics the split; when it succeeds,
 // it was counted first, every datagram holds at most GSOSize bytes of
 // payload with right lengths and checksums, and together they carry the
-// super-packet's payload in order.
+// super-packet's payload in order. The same packet behind an Ethernet
+// header (a TAP device's frame, the offsets moved behind it) splits into
+// the same datagrams, each behind that header.
 func FuzzSplitUSO(f *testing.F) {
 	for _, v6 := range []bool{false, true} {
 		for _, size := range []int{1, 1000, 2500} {
@@ -315,35 +422,52 @@ func FuzzSplitUSO(f *testing.F) {
 			return // the receive path refuses such a header before splitting
 		}
 		counted := -1
-		var got []byte
-		emitted := 0
-		n, err := splitUSO(h, ip, make([]byte, maxPacketSize), func(n int) { counted = n }, func(d []byte) {
+		var got [][]byte
+		n, err := splitUSO(h, ip, 0, make([]byte, maxFrameSize), func(n int) { counted = n }, func(d []byte) {
 			if counted < 0 {
 				t.Fatal("a datagram before the count")
 			}
 			if !vnet.VerifyIP(d) {
-				t.Fatalf("datagram %d has bad lengths or checksums", emitted)
+				t.Fatalf("datagram %d has bad lengths or checksums", len(got))
 			}
 			l4 := int(h.CsumStart)
 			u := header.UDP(d[l4:])
 			if int(u.Length()) != len(d)-l4 || len(u.Payload()) > int(h.GSOSize) {
-				t.Fatalf("datagram %d: UDP length %d for %d bytes, payload %d of at most %d", emitted, u.Length(), len(d)-l4, len(u.Payload()), h.GSOSize)
+				t.Fatalf("datagram %d: UDP length %d for %d bytes, payload %d of at most %d", len(got), u.Length(), len(d)-l4, len(u.Payload()), h.GSOSize)
 			}
-			got = append(got, u.Payload()...)
-			emitted++
+			got = append(got, bytes.Clone(d))
 		})
+		eth := ethHeader(header.IPv4ProtocolNumber)
+		fr, fh := withLink(eth, ip, h)
+		var framed [][]byte
+		fn, ferr := splitUSO(fh, fr, len(eth), make([]byte, maxFrameSize), func(int) {}, func(f []byte) {
+			if !bytes.Equal(f[:len(eth)], eth) {
+				t.Fatalf("datagram %d behind % x, not the frame's link header", len(framed), f[:len(eth)])
+			}
+			framed = append(framed, bytes.Clone(f[len(eth):]))
+		})
+		if (err == nil) != (ferr == nil) || n != fn {
+			t.Fatalf("without a link header: %d datagrams, %v; behind one: %d, %v", n, err, fn, ferr)
+		}
 		if err != nil {
-			if emitted > 0 || counted >= 0 {
-				t.Fatalf("failed (%v) after counting %d and emitting %d", err, counted, emitted)
+			if len(got) > 0 || counted >= 0 {
+				t.Fatalf("failed (%v) after counting %d and emitting %d", err, counted, len(got))
 			}
 			return
 		}
-		if n != emitted || n != counted {
-			t.Fatalf("returned %d, counted %d, emitted %d", n, counted, emitted)
+		if n != len(got) || n != counted {
+			t.Fatalf("returned %d, counted %d, emitted %d", n, counted, len(got))
+		}
+		var payload []byte
+		for i, d := range got {
+			if !bytes.Equal(d, framed[i]) {
+				t.Fatalf("datagram %d differs behind a link header", i)
+			}
+			payload = append(payload, header.UDP(d[int(h.CsumStart):]).Payload()...)
 		}
 		want := ip[int(h.CsumStart)+header.UDPMinimumSize:]
-		if !bytes.Equal(got, want) {
-			t.Fatalf("datagrams carry %d bytes, the super-packet %d", len(got), len(want))
+		if !bytes.Equal(payload, want) {
+			t.Fatalf("datagrams carry %d bytes, the super-packet %d", len(payload), len(want))
 		}
 	})
 }

@@ -157,7 +157,7 @@ func (s *txScratch) send(fd uintptr) {
 		hdr := s.hdr[:0]
 		gso := false
 		if vnetHdr {
-			h := vnet.ForTX(pkt, 0)
+			h := vnet.ForTX(pkt, s.q.e.linkHdr)
 			h.Encode(s.hdr[:])
 			hdr, gso = s.hdr[:], h.IsGSO()
 		}

@@ -21,8 +21,8 @@ import (
 func TestTunTXRing(t *testing.T) {
 	for _, noRing := range []bool{false, true} {
 		e, peers := pairEndpoint(t, 1, Offloads{}, &Options{NoTXRing: noRing})
-		if !noRing && e.queues[0].ring == nil {
-			t.Skip("this kernel offers no io_uring")
+		if !noRing {
+			requireRing(t, e.queues[0].ring != nil)
 		}
 		const count = txRingEntries + 6 // two trips
 		var pkts []*stack.PacketBuffer
@@ -94,8 +94,8 @@ func TestTunRXRing(t *testing.T) {
 			// of the order they arrived in.
 			e, peers := pairEndpoint(t, 1, Offloads{}, &Options{NoRXRing: tc.noRing, NoGRO: true, RXBatch: MaxRXBatch})
 			q := e.queues[0]
-			if !tc.noRing && q.rxRing == nil {
-				t.Skip("this kernel offers no io_uring")
+			if !tc.noRing {
+				requireRing(t, q.rxRing != nil)
 			}
 			if tc.noRing {
 				require.Nil(t, q.rxRing)
@@ -211,14 +211,13 @@ func TestTunRXRingGrowsSlots(t *testing.T) {
 // ringEndpoint builds an endpoint of one queue with a receive ring over a
 // socketpair, attached to a sink, with rounds driven by hand; it returns
 // the queue, its descriptor and the peer's end. It skips the test where
-// the kernel offers no io_uring.
+// the kernel offers no io_uring, and fails it where the kernel does but
+// the queue has no ring (requireRing).
 func ringEndpoint(t *testing.T, o *Options) (*Endpoint, *queue, *linktest.Sink, uintptr, int) {
 	t.Helper()
 	e, peers := pairEndpoint(t, 1, Offloads{}, o)
 	q := e.queues[0]
-	if q.rxRing == nil {
-		t.Skip("this kernel offers no io_uring")
-	}
+	requireRing(t, q.rxRing != nil)
 	s := linktest.NewSink()
 	e.AttachAndStart(s, func() {})
 	return e, q, s, uintptr(queueFD(q)), peers[0]
@@ -257,8 +256,8 @@ func BenchmarkTunReceive(b *testing.B) {
 			c := &linktest.Counter{}
 			e.AttachAndStart(c, func() {}) // rounds are driven by hand
 			q := e.queues[0]
-			if tc.name == "plain-ring/64" && q.rxRing == nil {
-				b.Skip("this kernel offers no io_uring")
+			if tc.name == "plain-ring/64" {
+				requireRing(b, q.rxRing != nil)
 			}
 			fd := uintptr(queueFD(q))
 			p := tcp4Packet(make([]byte, DefaultMTU-header.IPv4MinimumSize-header.TCPMinimumSize), 1)

@@ -17,25 +17,32 @@ import (
 // refuses more, and so does splitUSO.
 const maxUDPSegments = 128
 
-// splitUSO cuts the UDP super-packet ip, which arrived behind header h
-// (GSO type UDP_L4), into datagrams of at most h.GSOSize payload bytes, as
-// the kernel's __udp_gso_segment would: each gets a copy of the IP and UDP
-// headers with its own lengths, the IPv4 ID incremented per datagram, and
-// full IPv4 and UDP checksums. Each datagram is built in scratch, which
-// must hold the headers plus h.GSOSize bytes, and handed to emit, which
-// must copy what it keeps before returning. Once the packet has passed
-// every check, and before the first emit, it tells count how many
-// datagrams will follow, so counters are up to date by the time a reader
-// sees the first of them. It returns how many datagrams it emitted, or an
-// error (and emits nothing) if the packet is malformed.
-func splitUSO(h vnet.Header, ip, scratch []byte, count func(n int), emit func([]byte)) (int, error) {
+// splitUSO cuts the UDP super-packet in frame, which arrived behind header
+// h (GSO type UDP_L4) and starts with a link header of linkHdr bytes (an
+// Ethernet header on a TAP device, none on TUN), into datagrams of at
+// most h.GSOSize payload bytes, as the kernel's __udp_gso_segment would:
+// each gets a copy of the link, IP and UDP headers with its own lengths,
+// the IPv4 ID incremented per datagram, and full IPv4 and UDP checksums.
+// h's offsets count from the frame's start, as the kernel's do. Each
+// datagram is built in scratch, which must hold the headers plus
+// h.GSOSize bytes, and handed to emit, which must copy what it keeps
+// before returning. Once the packet has passed every check, and before
+// the first emit, it tells count how many datagrams will follow, so
+// counters are up to date by the time a reader sees the first of them. It
+// returns how many datagrams it emitted, or an error (and emits nothing)
+// if the packet is malformed.
+func splitUSO(h vnet.Header, frame []byte, linkHdr int, scratch []byte, count func(n int), emit func([]byte)) (int, error) {
 	if h.Flags&vnet.FlagNeedsCsum == 0 {
 		return 0, errors.New("UDP super-packet without a partial checksum")
 	}
-	l4 := int(h.CsumStart)
+	if len(frame) < linkHdr {
+		return 0, fmt.Errorf("UDP super-packet of %d bytes, shorter than its %d-byte link header", len(frame), linkHdr)
+	}
+	ip := frame[linkHdr:]
+	l4 := int(h.CsumStart) - linkHdr
 	seg := int(h.GSOSize)
-	if int(h.CsumOffset) != udpChecksumOffset || l4+header.UDPMinimumSize > len(ip) {
-		return 0, fmt.Errorf("UDP super-packet with its checksum at %d+%d in %d bytes", h.CsumStart, h.CsumOffset, len(ip))
+	if int(h.CsumOffset) != udpChecksumOffset || l4 < 0 || l4+header.UDPMinimumSize > len(ip) {
+		return 0, fmt.Errorf("UDP super-packet with its checksum at %d+%d in %d bytes", h.CsumStart, h.CsumOffset, len(frame))
 	}
 	var src, dst tcpip.Address
 	var id uint16
@@ -65,7 +72,7 @@ func splitUSO(h vnet.Header, ip, scratch []byte, count func(n int), emit func([]
 		return 0, errors.New("UDP super-packet that is neither IPv4 nor IPv6")
 	}
 	payload := ip[l4+header.UDPMinimumSize:]
-	hdrLen := l4 + header.UDPMinimumSize
+	hdrLen := linkHdr + l4 + header.UDPMinimumSize // the headers, from the frame's start
 	total := (len(payload) + seg - 1) / seg
 	switch {
 	case len(payload) == 0:
@@ -79,9 +86,10 @@ func splitUSO(h vnet.Header, ip, scratch []byte, count func(n int), emit func([]
 	n := 0
 	for off := 0; off < len(payload); off += seg {
 		chunk := payload[off:min(off+seg, len(payload))]
-		d := scratch[:hdrLen+len(chunk)]
-		copy(d, ip[:hdrLen])
-		copy(d[hdrLen:], chunk)
+		f := scratch[:hdrLen+len(chunk)]
+		copy(f, frame[:hdrLen])
+		copy(f[hdrLen:], chunk)
+		d := f[linkHdr:] // the datagram, after the link header
 		udpLen := uint16(header.UDPMinimumSize + len(chunk))
 		if header.IPVersion(ip) == header.IPv4Version {
 			v4 := header.IPv4(d)
@@ -101,7 +109,7 @@ func splitUSO(h vnet.Header, ip, scratch []byte, count func(n int), emit func([]
 			sum = 0xffff // a computed UDP checksum of 0 is sent as all ones
 		}
 		binary.BigEndian.PutUint16(d[l4+udpChecksumOffset:], sum)
-		emit(d)
+		emit(f)
 		n++
 	}
 	return n, nil
