@@ -3,6 +3,8 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -30,8 +32,10 @@ const (
 	// slirp4netns and pasta use): with offloads on, TCP moves 64 KiB
 	// super-segments either way.
 	DefaultMTU = tun.MaxMTU
-	// DefaultDevice names the TUN device inside the sandbox.
-	DefaultDevice = "tun0"
+	// DefaultDevice names the TUN device inside the sandbox, and
+	// DefaultTAPDevice a TAP device, as slirp4netns and pasta name theirs.
+	DefaultDevice    = "tun0"
+	DefaultTAPDevice = "tap0"
 	// DefaultMaxFlows bounds the relayed flows of all protocols at once.
 	// Each flow costs two host sockets' worth of kernel memory and, at
 	// most, its gVisor buffers; 8192 stays far below the default fd limit
@@ -84,19 +88,46 @@ type Config struct {
 	// namespace maps ids: UsernsMapSelf or UsernsMapAuto; "" means auto
 	// where newuidmap and subordinate ranges exist, self otherwise.
 	UsernsMap string
-	// Device names the TUN device inside the namespace.
+	// Device names the device inside the namespace: DefaultDevice for a
+	// TUN device, DefaultTAPDevice with TAP.
 	Device string
+	// TAP makes the device a TAP device, which carries Ethernet frames,
+	// as slirp4netns and pasta give rootless containers, instead of a
+	// TUN device: ustack then answers ARP and neighbour discovery for its
+	// addresses and sends router advertisements of Addr6's prefix, so
+	// that the sandbox configures IPv6 itself (SLAAC). The device may
+	// exist already (RootlessKit creates its tap0): New attaches to it by
+	// name, and refuses a device of the other type.
+	TAP bool
+	// MAC is the TAP device's MAC address (the sandbox's side), set when
+	// New configures it; nil leaves the kernel's random one.
+	MAC net.HardwareAddr
+	// NoConfigure leaves the device to whoever made it, as RootlessKit
+	// configures the tap0 it creates: New attaches to (or creates) Device
+	// and touches no address, route, MTU or link state in the namespace.
+	// The sandbox still takes Addr4, the gateways and the DNS addresses
+	// as given, so they must match what the creator configures. A zero
+	// MTU then means the device's own.
+	NoConfigure bool
 	// Addr4 and Addr6 are the sandbox's addresses; Gateway4, Gateway6,
 	// DNS4 and DNS6 ustack's, in the same prefixes. NoIPv6 leaves IPv6 off.
 	Addr4, Addr6       netip.Prefix
 	Gateway4, Gateway6 netip.Addr
 	DNS4, DNS6         netip.Addr
 	NoIPv6             bool
-	// MTU of the TUN device; NoOffload turns its virtio-net offloads off.
+	// MTU of the device (of the IP packets it carries); NoOffload turns
+	// its virtio-net offloads off.
 	MTU       uint32
 	NoOffload bool
-	// Queues is the TUN device's queue count (one receive goroutine each).
+	// Queues is the device's queue count (one receive goroutine each).
 	Queues int
+	// Capture, if not nil, receives a capture of every packet the device
+	// carries, either way, in pcap format (package link/pcap), which
+	// Wireshark and tcpdump read: Ethernet frames on a TAP device, IP
+	// packets on a TUN device. A writer slower than the traffic loses
+	// packets, counted, rather than slowing the sandbox down. New does
+	// not close it.
+	Capture io.Writer
 	// Qdisc names the NIC's queueing discipline (package sched); "" is none.
 	Qdisc string
 	// BusyPoll is the stack's busy-polling mode (stack.Options.BusyPoll).
@@ -242,8 +273,11 @@ func (c Config) normalize() (Config, error) {
 	setAddr(&c.DNS6, DefaultDNS6)
 	if c.Device == "" {
 		c.Device = DefaultDevice
+		if c.TAP {
+			c.Device = DefaultTAPDevice
+		}
 	}
-	if c.MTU == 0 {
+	if c.MTU == 0 && !c.NoConfigure {
 		c.MTU = DefaultMTU
 	}
 	if c.Queues == 0 {
@@ -323,7 +357,17 @@ func (c Config) normalize() (Config, error) {
 	if c.Gateway4 == c.DNS4 || (!c.NoIPv6 && c.Gateway6 == c.DNS6) {
 		errs = append(errs, errors.New("sandbox: the gateway and the DNS address must differ"))
 	}
-	if c.MTU < tun.MinMTU || c.MTU > tun.MaxMTU {
+	if len(c.MAC) > 0 {
+		switch {
+		case !c.TAP:
+			errs = append(errs, fmt.Errorf("sandbox: MAC %v: only a TAP device has one; set TAP, or leave MAC empty", c.MAC))
+		case c.NoConfigure:
+			errs = append(errs, fmt.Errorf("sandbox: MAC %v: with NoConfigure the device's creator sets it; leave MAC empty", c.MAC))
+		case len(c.MAC) != 6 || c.MAC[0]&1 != 0 || [6]byte(c.MAC) == [6]byte{}:
+			errs = append(errs, fmt.Errorf("sandbox: MAC %v: want a unicast Ethernet address such as 02:00:00:00:00:01", c.MAC))
+		}
+	}
+	if c.MTU != 0 && (c.MTU < tun.MinMTU || c.MTU > tun.MaxMTU) || c.MTU == 0 && !c.NoConfigure {
 		errs = append(errs, fmt.Errorf("sandbox: MTU %d: must be from %d to %d", c.MTU, tun.MinMTU, tun.MaxMTU))
 	}
 	if c.TCPBuffer < 4096 {

@@ -3,14 +3,11 @@ package sandbox
 import (
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
 	"sync"
 
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -104,65 +101,24 @@ func onThread(f func() error) error {
 	return <-errc
 }
 
-// openDevice creates the TUN device in the namespace, gives it the
-// sandbox's addresses and routes through ustack, and brings up the
-// namespace's loopback.
+// openDevice creates (or attaches to) the sandbox's device in the
+// namespace and configures it as c asks (createDevice's, with the
+// endpoint over every queue).
 func (n *namespace) openDevice(c *Config) (*tun.Endpoint, error) {
 	var ep *tun.Endpoint
+	spec := c.deviceSpec()
 	err := n.do(func() error {
-		addrs := []netip.Prefix{c.Addr4}
-		if !c.NoIPv6 {
-			addrs = append(addrs, c.Addr6)
-		}
 		var err error
-		ep, err = tun.Open(c.Device, &tun.Options{
-			Queues:    c.Queues,
-			NoOffload: c.NoOffload,
-			MTU:       c.MTU,
-			Addrs:     addrs,
-		})
-		if err != nil {
+		if ep, err = tun.Open(spec.Device, spec.tunOptions()); err != nil {
 			return fmt.Errorf("sandbox: %w", err)
 		}
-		if err := routeVia(ep.Name(), c); err != nil {
+		if err := spec.configure(ep.Name()); err != nil {
 			ep.Close()
 			return err
-		}
-		if lo, err := netlink.LinkByName("lo"); err == nil {
-			if err := netlink.LinkSetUp(lo); err != nil {
-				ep.Close()
-				return fmt.Errorf("sandbox: set lo up in the namespace: %w", err)
-			}
 		}
 		return nil
 	})
 	return ep, err
-}
-
-// routeVia makes the gateway the namespace's default route.
-func routeVia(dev string, c *Config) error {
-	l, err := netlink.LinkByName(dev)
-	if err != nil {
-		return fmt.Errorf("sandbox: find %s: %w", dev, err)
-	}
-	routes := []*netlink.Route{{
-		LinkIndex: l.Attrs().Index,
-		Dst:       &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
-		Gw:        net.IP(c.Gateway4.AsSlice()),
-	}}
-	if !c.NoIPv6 {
-		routes = append(routes, &netlink.Route{
-			LinkIndex: l.Attrs().Index,
-			Dst:       &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)},
-			Gw:        net.IP(c.Gateway6.AsSlice()),
-		})
-	}
-	for _, r := range routes {
-		if err := netlink.RouteReplace(r); err != nil {
-			return fmt.Errorf("sandbox: default route via %v on %s: %w", r.Gw, dev, err)
-		}
-	}
-	return nil
 }
 
 // run starts cmd inside the namespace and waits for it. The command is

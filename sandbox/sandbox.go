@@ -10,10 +10,12 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 
 	"github.com/ustack-dev/ustack/forward"
+	"github.com/ustack-dev/ustack/link/pcap"
 	"github.com/ustack-dev/ustack/link/tun"
 	"github.com/ustack-dev/ustack/stack"
 )
@@ -35,6 +37,10 @@ type Sandbox struct {
 	nic tcpip.NICID
 	fw  *forward.Forwarder // the relay
 	c   counters
+	// adv sends a TAP sandbox's router advertisements (nil: none);
+	// capture is Config.Capture's (nil: none).
+	adv     atomic.Pointer[advertiser]
+	capture *pcap.Endpoint
 	// warnings say what the sandbox cannot do here (Warnings).
 	warnings []string
 
@@ -126,9 +132,14 @@ func (s *Sandbox) buildStack() error {
 		return fmt.Errorf("sandbox: %w", err)
 	}
 	s.st = st
-	id, err := st.AddNIC(s.ep, &stack.NICOptions{Name: s.ep.Name(), Qdisc: c.Qdisc})
+	l, err := s.nicLink()
 	if err != nil {
 		s.ep.Close()
+		return err
+	}
+	id, err := st.AddNIC(l, &stack.NICOptions{Name: s.ep.Name(), Qdisc: c.Qdisc})
+	if err != nil {
+		l.Close()
 		return fmt.Errorf("sandbox: %w", err)
 	}
 	s.nic = id
@@ -142,6 +153,9 @@ func (s *Sandbox) buildStack() error {
 		if err := st.AddAddress(id, a); err != nil {
 			return fmt.Errorf("sandbox: %w", err)
 		}
+	}
+	if err := s.startAdvertising(); err != nil {
+		return err
 	}
 	budget := c.MemoryBudget
 	if budget <= 0 {
@@ -221,6 +235,9 @@ func (s *Sandbox) Close() error {
 			s.fw.Close()
 		}
 		s.wg.Wait()
+		if a := s.adv.Load(); a != nil {
+			a.close()
+		}
 		if s.st != nil {
 			if err := s.st.Close(); err != nil {
 				errs = append(errs, err)

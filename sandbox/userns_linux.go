@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
@@ -14,7 +13,6 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/ustack-dev/ustack/link/tun"
@@ -30,13 +28,8 @@ const helperFD = 3
 
 // helperSpec is what the helper sets up.
 type helperSpec struct {
-	Device    string
-	MTU       uint32
-	NoOffload bool
-	Addrs     []netip.Prefix
-	Gateway4  netip.Addr
-	Gateway6  netip.Addr
-	NoIPv6    bool
+	// The device to create (createDevice).
+	deviceSpec
 	// AwaitMap: the parent writes the uid and gid maps (newuidmap) after
 	// the helper started; the helper waits for its word, then re-executes
 	// itself to gain its capabilities as the namespace's root.
@@ -50,7 +43,8 @@ type helperSpec struct {
 // helperMsg is one message on the helper's socket, either way.
 type helperMsg struct {
 	Err  string   `json:",omitempty"` // helper: setup failed
-	Name string   `json:",omitempty"` // helper: the TUN device's name (the fd rides along)
+	Name string   `json:",omitempty"` // helper: the device's name (the fd rides along)
+	MTU  uint32   `json:",omitempty"` // helper: the device's MTU
 	Path string   `json:",omitempty"` // parent: run this command (stdin, stdout, stderr ride along)
 	Args []string `json:",omitempty"`
 	Env  []string `json:",omitempty"`
@@ -88,13 +82,7 @@ func startHelper(cfg *Config, warn func(string)) (*namespace, *tun.Endpoint, err
 	if err != nil {
 		return nil, nil, fmt.Errorf("sandbox: find this program to re-execute as the namespace helper: %w", err)
 	}
-	spec := helperSpec{
-		Device: cfg.Device, MTU: cfg.MTU, NoOffload: cfg.NoOffload,
-		Addrs: []netip.Prefix{cfg.Addr4}, Gateway4: cfg.Gateway4, Gateway6: cfg.Gateway6, NoIPv6: cfg.NoIPv6,
-	}
-	if !cfg.NoIPv6 {
-		spec.Addrs = append(spec.Addrs, cfg.Addr6)
-	}
+	spec := helperSpec{deviceSpec: cfg.deviceSpec()}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sandbox: socket to the namespace helper: %w", os.NewSyscallError("socketpair", err))
@@ -193,7 +181,7 @@ func startHelper(cfg *Config, warn func(string)) (*namespace, *tun.Endpoint, err
 		closeAll(got)
 		return nil, nil, errors.New("sandbox: the namespace helper passed no TUN descriptor")
 	}
-	ep, err := tun.OpenFD(got[0], &tun.Options{MTU: cfg.MTU, NoOffload: cfg.NoOffload})
+	ep, err := tun.OpenFD(got[0], &tun.Options{TAP: cfg.TAP, MTU: m.MTU, NoOffload: cfg.NoOffload})
 	if err != nil {
 		unix.Close(got[0])
 		return nil, nil, fmt.Errorf("sandbox: adopt %s from the namespace helper: %w", m.Name, err)
@@ -520,14 +508,14 @@ func helperMain(specJSON string) {
 		err := unix.Exec("/proc/self/exe", os.Args, env)
 		fail("sandbox helper: execute again once mapped: %v", err)
 	}
-	fd, name, err := createTUN(&spec)
+	dev, err := createDevice(&spec.deviceSpec)
 	if err != nil {
 		fail("%v", err)
 	}
-	if err := sendMsg(sock, helperMsg{Name: name}, []int{fd}); err != nil {
+	if err := sendMsg(sock, helperMsg{Name: dev.Name, MTU: dev.MTU}, dev.FDs[:1]); err != nil {
 		os.Exit(1)
 	}
-	unix.Close(fd)
+	dev.Close()
 	m, stdio, err := recvMsg(sock, 3)
 	if err != nil || m.Path == "" || len(stdio) != 3 {
 		os.Exit(0) // the sandbox closed without a command
@@ -574,29 +562,4 @@ func withoutEnv(env []string, name string) []string {
 		}
 	}
 	return out
-}
-
-// createTUN creates the TUN device in this process's network namespace,
-// gives it the sandbox's addresses, MTU and routes, brings it and lo up,
-// and returns its descriptor.
-func createTUN(spec *helperSpec) (int, string, error) {
-	dev, err := tun.Create(spec.Device, &tun.Options{NoOffload: spec.NoOffload, MTU: spec.MTU, Addrs: spec.Addrs})
-	if err != nil {
-		return -1, "", fmt.Errorf("sandbox: %w", err)
-	}
-	fd, name := dev.FDs[0], dev.Name
-	fail := func(err error) (int, string, error) {
-		dev.Close()
-		return -1, "", err
-	}
-	c := &Config{Gateway4: spec.Gateway4, Gateway6: spec.Gateway6, NoIPv6: spec.NoIPv6}
-	if err := routeVia(name, c); err != nil {
-		return fail(err)
-	}
-	if lo, err := netlink.LinkByName("lo"); err == nil {
-		if err := netlink.LinkSetUp(lo); err != nil {
-			return fail(fmt.Errorf("sandbox: set lo up in the namespace: %w", err))
-		}
-	}
-	return fd, name, nil
 }

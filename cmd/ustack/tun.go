@@ -59,6 +59,9 @@ type sandboxRun struct {
 	procsSet bool
 	// cpuProfile and traceFile profile the run ("": none).
 	cpuProfile, traceFile string
+	// pcap is the file a capture of the sandbox's traffic goes to ("":
+	// none; Config.Capture).
+	pcap string
 	// sysmonTick runs the relay with the runtime's monitor on its slow
 	// tick (execWithSysmonTick).
 	sysmonTick bool
@@ -91,7 +94,10 @@ func parseTun(args []string, stderr io.Writer) (r sandboxRun, status int, ok boo
 		apiSocket  = fs.String("api-socket", "", "serve slirp4netns's API (add_hostfwd, list_hostfwd, remove_hostfwd) on this unix socket")
 		userns     = fs.String("userns", "", "without root, with -netns or -pid: the user namespace to join (default: the one owning the network namespace)")
 		usernsMap  = fs.String("userns-map", "", "without root: how the new user namespace maps ids: self (your uid and gid are root inside) or auto (also your /etc/subuid ranges, via newuidmap; the default where available)")
-		device     = fs.String("device", sandbox.DefaultDevice, "name of the TUN device inside the namespace")
+		device     = fs.String("device", "", "name of the device inside the namespace (default "+sandbox.DefaultDevice+", or "+sandbox.DefaultTAPDevice+" with -tap)")
+		tap        = fs.Bool("tap", false, "a TAP device (Ethernet frames, as slirp4netns and pasta give containers) instead of TUN: ustack answers ARP and neighbour discovery and sends router advertisements")
+		noConfig   = fs.Bool("no-configure", false, "attach to (or create) the device and leave its addresses, routes, MTU and link state to its creator, as RootlessKit configures its tap0")
+		pcapFile   = fs.String("pcap", "", "write a capture of the sandbox's traffic to this file (pcap, as Wireshark and tcpdump read)")
 		addr4      = fs.String("addr", sandbox.DefaultAddr4.String(), "the sandbox's IPv4 address")
 		gw4        = fs.String("gw", sandbox.DefaultGateway4.String(), "the gateway: ustack's address, and the host's loopback with -allow-host-loopback")
 		dns4       = fs.String("dns", sandbox.DefaultDNS4.String(), "ustack's DNS address, relayed to the host's resolver")
@@ -231,6 +237,10 @@ Flags:
 		return usage("-busypoll: %v", err)
 	}
 	d.NetNS, d.Device, d.NoIPv6, d.MTU, d.NoOffload, d.Queues, d.Qdisc = *nsPath, *device, *noIPv6, uint32(*mtu), !*offload, *queues, *qdisc
+	d.TAP, d.NoConfigure = *tap, *noConfig
+	if d.NoConfigure && !setFlag(fs, "mtu") {
+		d.MTU = 0 // the device's own
+	}
 	d.ResolvConf, d.AllowHostLoopback, d.Proxy = *resolv, *hostLoop, *proxyURL
 	d.UserNS, d.UsernsMap = *userns, *usernsMap
 	d.MaxFlows, d.MaxTCP, d.MaxUDP, d.MaxHalfOpen, d.TCPBuffer = *maxFlows, *maxTCP, *maxUDP, *maxHalf, *tcpBuf
@@ -241,6 +251,7 @@ Flags:
 	r.readyFD, r.exitFD, r.apiSocket, r.metrics, r.stats = *readyFD, *exitFD, *apiSocket, *metricsAt, *printStats
 	r.confine, r.procs, r.procsSet = *confine, *procs, setFlag(fs, "procs")
 	r.cpuProfile, r.traceFile, r.sysmonTick = *cpuProfile, *traceFile, *sysmonTick
+	r.pcap = *pcapFile
 	return r, 0, true
 }
 
@@ -276,6 +287,14 @@ func (r *sandboxRun) run(stdin io.Reader, stdout, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 	defer stopProfiles()
+	if r.pcap != "" {
+		f, err := os.Create(r.pcap)
+		if err != nil {
+			return fail("capture: %v", err)
+		}
+		defer f.Close()
+		r.cfg.Capture = f
+	}
 	sb, err := sandbox.New(&r.cfg)
 	if err != nil {
 		return fail("%v", err)
