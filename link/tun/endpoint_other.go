@@ -75,3 +75,12 @@ func (*Endpoint) setKernelOffloads(bool) {}
 func (*Endpoint) WritePackets(stack.PacketBufferList) (int, tcpip.Error) {
 	return 0, &tcpip.ErrNotSupported{}
 }
+
+// OpenFDs returns ErrNotSupported: TUN and TAP devices are Linux's. It
+// never closes the descriptors.
+func OpenFDs(fds []int, opts *Options) (*Endpoint, error) {
+	if len(fds) == 0 {
+		return nil, fmt.Errorf("tun: no descriptor to adopt: %w", ErrNotSupported)
+	}
+	return nil, fmt.Errorf("tun fd %d: %w", fds[0], ErrNotSupported)
+}

@@ -218,22 +218,66 @@ func OpenFD(fd int, opts *Options) (*Endpoint, error) {
 	return openFD(kernelIoctls, fd, opts)
 }
 
+// OpenFDs adopts the descriptors of one device's queues, as Create
+// returns them (Device.FDs), in this process or, passed on, in another:
+// OpenFD of every queue at once, with Options.Queues their number (0
+// means len(fds)). Every descriptor must be a queue of the same device,
+// and several must be of a multi-queue one. On success the endpoint owns
+// every descriptor; on error the caller still does.
+func OpenFDs(fds []int, opts *Options) (*Endpoint, error) {
+	return openFDs(kernelIoctls, fds, opts)
+}
+
 // openFD is OpenFD with the TUN ioctls given, so that tests can stand a
 // socketpair in for the device.
 func openFD(io ioctls, fd int, opts *Options) (*Endpoint, error) {
-	o, err := opts.normalize()
+	return openFDs(io, []int{fd}, opts)
+}
+
+// openFDs is OpenFDs with the TUN ioctls given.
+func openFDs(io ioctls, fds []int, opts *Options) (*Endpoint, error) {
+	if len(fds) == 0 {
+		return nil, errors.New("tun: no descriptor to adopt: pass the device's descriptors, one per queue")
+	}
+	fd := fds[0]
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if len(fds) > 1 {
+		if o.Queues != 0 && o.Queues != len(fds) {
+			return nil, fmt.Errorf("tun fd %d: %d descriptors given for %d queues: give one descriptor per queue", fd, len(fds), o.Queues)
+		}
+		o.Queues = 1 // checked as one queue each, below
+	}
+	o, err := o.normalize()
 	if err != nil {
 		return nil, fmt.Errorf("tun fd %d: %w", fd, err)
 	}
-	if err := checkAdopted(fd, &o); err != nil {
-		return nil, err
+	for _, fd := range fds {
+		if err := checkAdopted(fd, &o); err != nil {
+			return nil, err
+		}
 	}
+	o.Queues = len(fds)
 	if o.MTU == 0 {
 		o.MTU = DefaultMTU // NoConfigure's "the device's": OpenFD cannot read it
 	}
 	d, err := io.getIff(fd)
 	if err != nil {
 		return nil, getIffError(fd, err)
+	}
+	for _, q := range fds[1:] {
+		dq, err := io.getIff(q)
+		if err != nil {
+			return nil, getIffError(q, err)
+		}
+		if dq.name != d.name || dq.flags != d.flags {
+			return nil, fmt.Errorf("tun fd %d: a queue of %s (flags %#x), but fd %d is of %s (flags %#x): give the queues of one device", q, dq.name, dq.flags, fd, d.name, d.flags)
+		}
+	}
+	if len(fds) > 1 && d.flags&unix.IFF_MULTI_QUEUE == 0 {
+		return nil, fmt.Errorf("tun fd %d: %d descriptors of %s, which is not multi-queue (IFF_MULTI_QUEUE): give one descriptor", fd, len(fds), d.name)
 	}
 	d.adopted = true
 	switch typ := d.flags & tunTypeMask; {
@@ -246,7 +290,7 @@ func openFD(io ioctls, fd int, opts *Options) (*Endpoint, error) {
 	case d.flags&unix.IFF_NO_PI == 0:
 		return nil, fmt.Errorf("tun fd %d: %s puts a packet-information header before every packet (it was attached without IFF_NO_PI): have its creator set IFF_NO_PI, as VpnService does", fd, d.name)
 	}
-	return setup(io, d, o, []int{fd})
+	return setup(io, d, o, fds)
 }
 
 // devInfo is what Open and OpenFD know of a TUN or TAP device once they

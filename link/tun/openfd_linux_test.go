@@ -324,3 +324,37 @@ func TestTunOpenFDRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestTunOpenFDsAdoptsQueues: OpenFDs adopts every queue of one
+// multi-queue device, and refuses descriptors of different devices, more
+// than one of a single-queue device, or a count that contradicts Queues,
+// leaving them untouched.
+func TestTunOpenFDsAdoptsQueues(t *testing.T) {
+	mq := &fakeTUN{dev: devInfo{name: "tun7", flags: tunPlain | unix.IFF_MULTI_QUEUE}, offload: func(uint) error { return nil }}
+	a, _ := blockingPair(t)
+	b, _ := blockingPair(t)
+	e, err := openFDs(mq.ioctls(), []int{a, b}, nil)
+	require.NoError(t, err)
+	require.Equal(t, 2, e.Queues())
+	require.True(t, e.MultiQueue())
+	e.Close()
+
+	c, _ := blockingPair(t)
+	d, _ := blockingPair(t)
+	closeAtEnd(t, c)
+	closeAtEnd(t, d)
+	single := &fakeTUN{dev: devInfo{name: "tun7", flags: tunPlain}, offload: func(uint) error { return nil }}
+	_, err = openFDs(single.ioctls(), []int{c, d}, nil)
+	require.ErrorContains(t, err, "not multi-queue")
+	_, err = openFDs(mq.ioctls(), []int{c, d}, &Options{Queues: 3})
+	require.ErrorContains(t, err, "2 descriptors given for 3 queues")
+	names := map[int]string{c: "tun7", d: "tun8"}
+	two := mq.ioctls()
+	two.getIff = func(fd int) (devInfo, error) { return devInfo{name: names[fd], flags: mq.dev.flags}, nil }
+	_, err = openFDs(two, []int{c, d}, nil)
+	require.ErrorContains(t, err, "give the queues of one device")
+	_, err = OpenFDs(nil, nil)
+	require.ErrorContains(t, err, "no descriptor to adopt")
+	requireUntouched(t, c)
+	requireUntouched(t, d)
+}
