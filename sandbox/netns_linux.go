@@ -11,7 +11,6 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/ustack-dev/ustack/link/tun"
 )
 
 // namespace is the sandbox's network namespace, held open by a handle.
@@ -101,24 +100,36 @@ func onThread(f func() error) error {
 	return <-errc
 }
 
-// openDevice creates (or attaches to) the sandbox's device in the
-// namespace and configures it as c asks (createDevice's, with the
-// endpoint over every queue).
-func (n *namespace) openDevice(c *Config) (*tun.Endpoint, error) {
-	var ep *tun.Endpoint
+// open creates (or attaches to) the namespace and makes the device in
+// it: itself as root, through the helper otherwise.
+func (n *Namespace) open() error {
+	c := &n.cfg
+	if rootless() {
+		ns, dev, err := startHelper(c, func(w string) { n.warnings = append(n.warnings, "sandbox: "+w) })
+		n.ns, n.dev = ns, dev
+		return err
+	}
+	ns, err := openNamespace(c.NetNS)
+	if err != nil {
+		return err
+	}
+	n.ns = ns
 	spec := c.deviceSpec()
-	err := n.do(func() error {
-		var err error
-		if ep, err = tun.Open(spec.Device, spec.tunOptions()); err != nil {
-			return fmt.Errorf("sandbox: %w", err)
-		}
-		if err := spec.configure(ep.Name()); err != nil {
-			ep.Close()
+	return ns.do(func() error {
+		d, err := createDevice(&spec)
+		if err != nil {
 			return err
 		}
+		n.dev = Device{Name: d.Name, TAP: d.TAP, MTU: d.MTU, FDs: d.FDs}
 		return nil
 	})
-	return ep, err
+}
+
+// closeFDs closes descriptors nobody took.
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
 }
 
 // run starts cmd inside the namespace and waits for it. The command is

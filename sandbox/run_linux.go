@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,7 +10,16 @@ import (
 )
 
 // Run runs cmd inside the sandbox's namespace and waits for it, as
-// cmd.Run would. The command dies with this process (SIGKILL on parent
+// Namespace.Run does. A Sandbox made by Serve has no namespace to run it
+// in.
+func (s *Sandbox) Run(cmd *exec.Cmd, started func(*os.Process)) error {
+	if s.nsp == nil {
+		return errors.New("sandbox: this sandbox serves a device made elsewhere (Serve): run commands through its Namespace")
+	}
+	return s.nsp.Run(cmd, started)
+}
+
+// Run runs cmd inside the namespace and waits for it, as cmd.Run would. The command dies with this process (SIGKILL on parent
 // death). With Config.ResolvConf it sees a private /etc/resolv.conf naming
 // ustack's DNS addresses: it is started through this program's Init in a
 // mount namespace of its own, so this program must call Init first thing
@@ -18,22 +28,22 @@ import (
 // Without root, the command is the namespace helper itself (see the
 // package doc): it runs as root of the sandbox's user namespace, and
 // started gets its process, not cmd.Process, which stays nil. A Run
-// without root can be done once per Sandbox.
-func (s *Sandbox) Run(cmd *exec.Cmd, started func(*os.Process)) error {
+// without root can be done once per Namespace.
+func (n *Namespace) Run(cmd *exec.Cmd, started func(*os.Process)) error {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	if s.cfg.ResolvConf && !s.cfg.NoDNS {
+	if n.cfg.ResolvConf && !n.cfg.NoDNS {
 		f, err := os.CreateTemp("", "ustack-resolv-*.conf")
 		if err != nil {
 			return fmt.Errorf("sandbox: write the sandbox's resolv.conf: %w", err)
 		}
 		defer os.Remove(f.Name())
 		var b strings.Builder
-		fmt.Fprintf(&b, "# written by ustack tun: queries go to ustack, which relays them to the host's resolver\nnameserver %v\n", s.cfg.DNS4)
-		if !s.cfg.NoIPv6 {
-			fmt.Fprintf(&b, "nameserver %v\n", s.cfg.DNS6)
+		fmt.Fprintf(&b, "# written by ustack tun: queries go to ustack, which relays them to the host's resolver\nnameserver %v\n", n.cfg.DNS4)
+		if !n.cfg.NoIPv6 {
+			fmt.Fprintf(&b, "nameserver %v\n", n.cfg.DNS6)
 		}
 		if _, err := f.WriteString(b.String()); err != nil {
 			f.Close()
@@ -42,7 +52,7 @@ func (s *Sandbox) Run(cmd *exec.Cmd, started func(*os.Process)) error {
 		if err := f.Close(); err != nil {
 			return fmt.Errorf("sandbox: write %s: %w", f.Name(), err)
 		}
-		if h := s.ns.helper; h != nil {
+		if h := n.ns.helper; h != nil {
 			// Without root the helper holding the namespaces becomes the
 			// command, and binds the file itself.
 			return h.run(cmd, f.Name(), func() {
@@ -69,7 +79,7 @@ func (s *Sandbox) Run(cmd *exec.Cmd, started func(*os.Process)) error {
 		cmd.Env = append(append([]string(nil), env...), initEnv+"="+f.Name())
 		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWNS
 	}
-	return s.ns.run(cmd, func() {
+	return n.ns.run(cmd, func() {
 		if started != nil {
 			started(cmd.Process)
 		}

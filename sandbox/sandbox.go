@@ -31,7 +31,7 @@ const resolvConf = "/etc/resolv.conf"
 type Sandbox struct {
 	cfg Config
 	dns [2]netip.AddrPort // DNS upstreams for DNS4 and DNS6; invalid if none
-	ns  *namespace
+	nsp *Namespace // New's; nil for Serve's
 	ep  *tun.Endpoint
 	st  *stack.Stack
 	nic tcpip.NICID
@@ -59,20 +59,46 @@ type Sandbox struct {
 }
 
 // New builds the sandbox's network: it creates (or attaches to) the
-// namespace, creates the TUN device in it and starts relaying. As root it
-// does so itself; otherwise it goes through a user namespace and a helper
-// process (see the package doc). A nil cfg means the documented defaults;
-// New does not keep cfg.
+// namespace, creates the device in it and starts relaying: OpenNamespace
+// and Serve in this process. As root it does so itself; otherwise it goes
+// through a user namespace and a helper process (see the package doc). A
+// nil cfg means the documented defaults; New does not keep cfg.
 func New(c *Config) (*Sandbox, error) {
+	n, err := OpenNamespace(c)
+	if err != nil {
+		return nil, err
+	}
+	d, err := n.TakeDevice()
+	if err == nil {
+		var s *Sandbox
+		if s, err = Serve(&n.cfg, d); err == nil {
+			s.nsp = n
+			s.warnings = append(n.Warnings(), s.warnings...)
+			return s, nil
+		}
+	}
+	n.Close()
+	return nil, err
+}
+
+// Serve serves a device its namespace side made (Namespace.TakeDevice),
+// in this process or, its descriptors passed on, in another: the stack,
+// the relay and the port forwards, everything New does but the namespace.
+// Serve takes d's descriptors over, whatever it returns. c must be the
+// Namespace's configuration (Namespace.Config), or one with the same
+// addresses; a nil c means the documented defaults. The Sandbox it
+// returns has no namespace to Run commands in.
+func Serve(c *Config, d Device) (*Sandbox, error) {
 	var cfg Config
 	if c != nil {
 		cfg = *c
 	}
 	cfg, err := cfg.normalize()
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = checkForwardPrivilege(cfg.PortForwards)
 	}
-	if err := checkForwardPrivilege(cfg.PortForwards); err != nil {
+	if err != nil {
+		closeFDs(d.FDs)
 		return nil, err
 	}
 	s := &Sandbox{cfg: cfg}
@@ -85,33 +111,21 @@ func New(c *Config) (*Sandbox, error) {
 		s.dns = upstreams(cfg.DNSUpstream)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	ok := false
-	defer func() {
-		if !ok {
-			s.Close()
-		}
-	}()
-	if rootless() {
-		if s.ns, s.ep, err = startHelper(&cfg, func(w string) { s.warnings = append(s.warnings, "sandbox: "+w) }); err != nil {
-			return nil, err
-		}
-	} else {
-		if s.ns, err = openNamespace(cfg.NetNS); err != nil {
-			return nil, err
-		}
-		if s.ep, err = s.ns.openDevice(&cfg); err != nil {
-			return nil, err
-		}
+	if s.ep, err = tun.OpenFDs(d.FDs, &tun.Options{TAP: d.TAP, MTU: d.MTU, NoOffload: cfg.NoOffload}); err != nil {
+		closeFDs(d.FDs)
+		s.Close()
+		return nil, fmt.Errorf("sandbox: serve %s: %w", d.Name, err)
 	}
 	if err := s.buildStack(); err != nil {
+		s.Close()
 		return nil, err
 	}
 	for _, f := range cfg.PortForwards {
 		if err := s.startForward(f); err != nil {
+			s.Close()
 			return nil, err
 		}
 	}
-	ok = true
 	return s, nil
 }
 
@@ -243,8 +257,10 @@ func (s *Sandbox) Close() error {
 				errs = append(errs, err)
 			}
 		}
-		if s.ns != nil {
-			s.ns.close()
+		if s.nsp != nil {
+			if err := s.nsp.Close(); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		s.closeErr = errors.Join(errs...)
 	})

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-
-	"github.com/ustack-dev/ustack/link/tun"
 )
 
 // ErrNotSupported is returned by New on systems other than Linux.
@@ -15,9 +13,11 @@ var ErrNotSupported = errors.New("sandbox: network namespaces and TUN devices ar
 
 type namespace struct{}
 
-func openNamespace(string) (*namespace, error)               { return nil, ErrNotSupported }
-func (*namespace) openDevice(*Config) (*tun.Endpoint, error) { return nil, ErrNotSupported }
-func (*namespace) close()                                    {}
+func (*namespace) close() {}
+
+func (n *Namespace) open() error { return ErrNotSupported }
+
+func closeFDs([]int) {}
 
 // Init does nothing on this system.
 func Init() {}
@@ -25,11 +25,8 @@ func Init() {}
 // Run returns ErrNotSupported on this system.
 func (s *Sandbox) Run(*exec.Cmd, func(*os.Process)) error { return ErrNotSupported }
 
+// Run returns ErrNotSupported on this system.
+func (n *Namespace) Run(*exec.Cmd, func(*os.Process)) error { return ErrNotSupported }
+
 // Confine returns ErrNotSupported on this system.
 func (s *Sandbox) Confine() error { return ErrNotSupported }
-
-func rootless() bool { return false }
-
-func startHelper(*Config, func(string)) (*namespace, *tun.Endpoint, error) {
-	return nil, nil, ErrNotSupported
-}

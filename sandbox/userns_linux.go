@@ -15,7 +15,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ustack-dev/ustack/link/tun"
 )
 
 // helperEnv carries, to the re-executed rootless helper (Init), what it is
@@ -71,21 +70,21 @@ func rootless() bool { return os.Geteuid() != 0 }
 
 // startHelper starts the helper in new user, network and mount namespaces
 // (cfg.NetNS == "") or in cfg.NetNS and the user namespace that owns it,
-// lets it create and configure the TUN device, and adopts the device's
+// lets it create and configure the device, and receives the device's
 // descriptor. warn takes what the sandbox does otherwise than asked (for
 // Warnings).
-func startHelper(cfg *Config, warn func(string)) (*namespace, *tun.Endpoint, error) {
+func startHelper(cfg *Config, warn func(string)) (*namespace, Device, error) {
 	if cfg.Queues > 1 {
-		return nil, nil, fmt.Errorf("sandbox: %d TUN queues: without root the device is created in a helper and passed over as one descriptor: use 1 queue, or run as root", cfg.Queues)
+		return nil, Device{}, fmt.Errorf("sandbox: %d TUN queues: without root the device is created in a helper and passed over as one descriptor: use 1 queue, or run as root", cfg.Queues)
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return nil, nil, fmt.Errorf("sandbox: find this program to re-execute as the namespace helper: %w", err)
+		return nil, Device{}, fmt.Errorf("sandbox: find this program to re-execute as the namespace helper: %w", err)
 	}
 	spec := helperSpec{deviceSpec: cfg.deviceSpec()}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, nil, fmt.Errorf("sandbox: socket to the namespace helper: %w", os.NewSyscallError("socketpair", err))
+		return nil, Device{}, fmt.Errorf("sandbox: socket to the namespace helper: %w", os.NewSyscallError("socketpair", err))
 	}
 	mine, theirs := os.NewFile(uintptr(fds[0]), "ustack-helper"), os.NewFile(uintptr(fds[1]), "ustack-helper")
 	// Closed once the helper has its copy (or failed to start), so that
@@ -113,7 +112,7 @@ func startHelper(cfg *Config, warn func(string)) (*namespace, *tun.Endpoint, err
 		args, files, err := joinArgs(cfg.NetNS, cfg.UserNS)
 		if err != nil {
 			mine.Close()
-			return nil, nil, err
+			return nil, Device{}, err
 		}
 		defer func() {
 			for _, f := range files {
@@ -124,7 +123,7 @@ func startHelper(cfg *Config, warn func(string)) (*namespace, *tun.Endpoint, err
 		nsenter, err := exec.LookPath("nsenter")
 		if err != nil {
 			mine.Close()
-			return nil, nil, fmt.Errorf("sandbox: serve %s without root: joining its user namespace takes nsenter (util-linux), which is not on PATH: install util-linux, or run as root", cfg.NetNS)
+			return nil, Device{}, fmt.Errorf("sandbox: serve %s without root: joining its user namespace takes nsenter (util-linux), which is not on PATH: install util-linux, or run as root", cfg.NetNS)
 		}
 		h.cmd = exec.Command(nsenter, append(args, "--", self, "ustack-sandbox-helper")...)
 		h.cmd.SysProcAttr = &syscall.SysProcAttr{}
@@ -133,7 +132,7 @@ func startHelper(cfg *Config, warn func(string)) (*namespace, *tun.Endpoint, err
 	js, err := json.Marshal(spec)
 	if err != nil {
 		mine.Close()
-		return nil, nil, fmt.Errorf("sandbox: %w", err)
+		return nil, Device{}, fmt.Errorf("sandbox: %w", err)
 	}
 	h.cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	h.cmd.Env = append(os.Environ(), helperEnv+"="+string(js))
@@ -142,9 +141,9 @@ func startHelper(cfg *Config, warn func(string)) (*namespace, *tun.Endpoint, err
 	if err := h.cmd.Start(); err != nil {
 		mine.Close()
 		if cfg.NetNS == "" {
-			return nil, nil, fmt.Errorf("sandbox: create user, network and mount namespaces: %w: unprivileged user namespaces may be off (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0, or the AppArmor restriction kernel.apparmor_restrict_unprivileged_userns=0), or run as root", err)
+			return nil, Device{}, fmt.Errorf("sandbox: create user, network and mount namespaces: %w: unprivileged user namespaces may be off (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0, or the AppArmor restriction kernel.apparmor_restrict_unprivileged_userns=0), or run as root", err)
 		}
-		return nil, nil, fmt.Errorf("sandbox: start the namespace helper: %w", err)
+		return nil, Device{}, fmt.Errorf("sandbox: start the namespace helper: %w", err)
 	}
 	theirs.Close()
 	for _, f := range extra {
@@ -163,31 +162,26 @@ func startHelper(cfg *Config, warn func(string)) (*namespace, *tun.Endpoint, err
 	}()
 	if mapper != nil {
 		if err := mapper(h.cmd.Process.Pid); err != nil {
-			return nil, nil, err
+			return nil, Device{}, err
 		}
 		if err := sendMsg(mine, helperMsg{}, nil); err != nil {
-			return nil, nil, fmt.Errorf("sandbox: tell the namespace helper it is mapped: %w", err)
+			return nil, Device{}, fmt.Errorf("sandbox: tell the namespace helper it is mapped: %w", err)
 		}
 	}
 	m, got, err := recvMsg(mine, 1)
 	if err != nil {
 		<-h.done
-		return nil, nil, fmt.Errorf("sandbox: the namespace helper ended before passing the TUN device (%v): %w", h.err, err)
+		return nil, Device{}, fmt.Errorf("sandbox: the namespace helper ended before passing the TUN device (%v): %w", h.err, err)
 	}
 	if m.Err != "" {
-		return nil, nil, errors.New(m.Err)
+		return nil, Device{}, errors.New(m.Err)
 	}
 	if len(got) != 1 {
 		closeAll(got)
-		return nil, nil, errors.New("sandbox: the namespace helper passed no TUN descriptor")
-	}
-	ep, err := tun.OpenFD(got[0], &tun.Options{TAP: cfg.TAP, MTU: m.MTU, NoOffload: cfg.NoOffload})
-	if err != nil {
-		unix.Close(got[0])
-		return nil, nil, fmt.Errorf("sandbox: adopt %s from the namespace helper: %w", m.Name, err)
+		return nil, Device{}, errors.New("sandbox: the namespace helper passed no TUN descriptor")
 	}
 	ok = true
-	return ns, ep, nil
+	return ns, Device{Name: m.Name, TAP: cfg.TAP, MTU: m.MTU, FDs: got}, nil
 }
 
 // joinArgs are nsenter's arguments to enter the network namespace at path
