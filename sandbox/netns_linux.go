@@ -10,7 +10,6 @@ import (
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
-
 )
 
 // namespace is the sandbox's network namespace, held open by a handle.

@@ -31,7 +31,7 @@ const resolvConf = "/etc/resolv.conf"
 type Sandbox struct {
 	cfg Config
 	dns [2]netip.AddrPort // DNS upstreams for DNS4 and DNS6; invalid if none
-	nsp *Namespace // New's; nil for Serve's
+	nsp *Namespace        // New's; nil for Serve's
 	ep  *tun.Endpoint
 	st  *stack.Stack
 	nic tcpip.NICID

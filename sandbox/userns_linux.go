@@ -14,7 +14,6 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
 )
 
 // helperEnv carries, to the re-executed rootless helper (Init), what it is
