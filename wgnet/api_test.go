@@ -229,10 +229,9 @@ func TestCloseUnblocksRead(t *testing.T) {
 }
 
 var (
-	_ net.Conn       = (*wgnet.TCPConn)(nil)
-	_ net.Listener   = (*wgnet.TCPListener)(nil)
-	_ net.Conn       = (*wgnet.UDPConn)(nil)
-	_ net.PacketConn = (*wgnet.UDPConn)(nil)
+	_ net.Conn       = wgnet.TCPConn(nil)
+	_ net.Conn       = wgnet.UDPConn(nil)
+	_ net.PacketConn = wgnet.UDPConn(nil)
 	_ net.Conn       = (*wgnet.PingConn)(nil)
 	_ net.PacketConn = (*wgnet.PingConn)(nil)
 )

@@ -136,7 +136,7 @@ func CreateNetTUNWithOptions(localAddresses, dnsServers []netip.Addr, mtu int, o
 	if terr := s.GVisor().SetOption(rb); terr != nil {
 		ep.Close()
 		s.Close()
-		return nil, nil, fmt.Errorf("wgnet: set the socket receive buffer to %d bytes: %s", o.SocketReceiveBuffer, terr)
+		return nil, nil, fmt.Errorf("wgnet: set the socket receive buffer to %d bytes: %w", o.SocketReceiveBuffer, stack.TranslateError(terr))
 	}
 	n := &Net{s: s, ep: ep, dnsServers: append([]netip.Addr(nil), dnsServers...)}
 	nic, err := s.AddNIC(ep, &stack.NICOptions{Name: "wg", Qdisc: o.Qdisc, QdiscOptions: o.QdiscOptions})
