@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/net/dns/dnsmessage"
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
 	"golang.zx2c4.com/wireguard/tun/netstack"
@@ -99,42 +98,6 @@ func udpEcho(tnet *wgnet.Net, port int) (net.PacketConn, error) {
 	return pc, nil
 }
 
-// dnsServer answers A queries for names under .test on the Net's UDP port
-// 53: "svc.test." is addrB, anything else does not exist.
-func dnsServer(t *testing.T, tnet *wgnet.Net) {
-	pc, err := tnet.ListenUDPAddrPort(netip.AddrPortFrom(addrB, 53))
-	require.NoError(t, err)
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			var m dnsmessage.Message
-			if m.Unpack(buf[:n]) != nil || len(m.Questions) != 1 {
-				continue
-			}
-			q := m.Questions[0]
-			m.Response, m.RecursionAvailable = true, true
-			switch {
-			case q.Name.String() != "svc.test.":
-				m.RCode = dnsmessage.RCodeNameError
-			case q.Type == dnsmessage.TypeA:
-				m.Answers = []dnsmessage.Resource{{
-					Header: dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 60},
-					Body:   &dnsmessage.AResource{A: addrB.As4()},
-				}}
-			}
-			out, err := m.Pack()
-			if err == nil {
-				pc.WriteTo(out, from)
-			}
-		}
-	}()
-}
-
 func TestNetAPI(t *testing.T) {
 	a, tnetA := ustackSide(t, addrA, nil, addrB)
 	b, tnetB := ustackSide(t, addrB, nil)
@@ -167,8 +130,8 @@ func TestNetAPI(t *testing.T) {
 		require.Equal(t, "echo", string(buf[:n]))
 	})
 	t.Run("dns", func(t *testing.T) {
-		dnsServer(t, tnetB)
-		addrs, err := tnetA.LookupHost("svc.test")
+		serveDNS(t, tnetB)
+		addrs, err := tnetA.LookupHost(svcName)
 		require.NoError(t, err)
 		require.Equal(t, []string{addrB.String()}, addrs)
 		_, err = tnetA.LookupHost("nothing.test")

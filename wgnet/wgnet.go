@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"time"
 
 	"golang.zx2c4.com/wireguard/tun"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -76,6 +77,7 @@ type Net struct {
 	s            *stack.Stack
 	ep           *pktio.Endpoint
 	dnsServers   []netip.Addr
+	dnsTimeout   time.Duration // dnsTimeout; tests shorten it
 	hasV4, hasV6 bool
 }
 
@@ -138,7 +140,7 @@ func CreateNetTUNWithOptions(localAddresses, dnsServers []netip.Addr, mtu int, o
 		s.Close()
 		return nil, nil, fmt.Errorf("wgnet: set the socket receive buffer to %d bytes: %w", o.SocketReceiveBuffer, stack.TranslateError(terr))
 	}
-	n := &Net{s: s, ep: ep, dnsServers: append([]netip.Addr(nil), dnsServers...)}
+	n := &Net{s: s, ep: ep, dnsServers: append([]netip.Addr(nil), dnsServers...), dnsTimeout: dnsTimeout}
 	nic, err := s.AddNIC(ep, &stack.NICOptions{Name: "wg", Qdisc: o.Qdisc, QdiscOptions: o.QdiscOptions})
 	if err != nil {
 		ep.Close()
