@@ -19,6 +19,8 @@ import (
 	"golang.org/x/net/ipv4"
 	"golang.zx2c4.com/wireguard/tun/netstack"
 
+	"github.com/ustack-dev/ustack/forward"
+	"github.com/ustack-dev/ustack/stack"
 	"github.com/ustack-dev/ustack/wgnet"
 )
 
@@ -231,5 +233,24 @@ func TestSameMethodsAsNetstack(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestTransparent: forward.New takes the stack of a Net built with
+// Options.Transparent (Example_exitNode relays through one) and refuses
+// a default Net's.
+func TestTransparent(t *testing.T) {
+	for _, transparent := range []bool{false, true} {
+		dev, tnet, err := wgnet.CreateNetTUNWithOptions([]netip.Addr{addrA}, nil, testMTU, &wgnet.Options{Transparent: transparent})
+		require.NoError(t, err)
+		require.Equal(t, transparent, tnet.Stack().Transparent())
+		fw, err := forward.New(tnet.Stack(), forward.Relay(&net.Dialer{}, nil), nil)
+		if transparent {
+			require.NoError(t, err)
+			require.NoError(t, fw.Close())
+		} else {
+			require.ErrorIs(t, err, stack.ErrNotTransparent)
+		}
+		require.NoError(t, dev.Close())
 	}
 }

@@ -15,4 +15,9 @@
 // stack.TranslateError: a refused dial satisfies errors.Is(err,
 // syscall.ECONNREFUSED). Names resolve through the tunnel's DNS servers
 // as wireguard-go resolves them (LookupContextHost).
+//
+// With Options.Transparent the Net is an exit node's: its stack takes
+// the flows the tunnel's peers send to any address, and
+// forward.New(net.Stack(), forward.Relay(...), nil) relays them to the
+// host's sockets, with no root and no kernel module (Example_exitNode).
 package wgnet

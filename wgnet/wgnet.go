@@ -68,6 +68,14 @@ type Options struct {
 	// non-TCP socket (TCP's are TCP.ReceiveBuffer); 0 means
 	// DefaultSocketReceiveBuffer.
 	SocketReceiveBuffer int
+	// Transparent builds the stack with stack.Options.Transparent, so
+	// that the Net can take the flows the tunnel's peers send to any
+	// address, not only to its own: an exit node hands them to
+	// forward.New(net.Stack(), ...), which needs it. Off by default, as
+	// an endpoint that only dials and listens wants: a transparent stack
+	// sends packets to its own addresses out of the device rather than
+	// delivering them locally (see stack.Options.Transparent).
+	Transparent bool
 }
 
 // Net is the network behind the device: dial, listen, ping and resolve
@@ -91,7 +99,8 @@ func CreateNetTUN(localAddresses, dnsServers []netip.Addr, mtu int) (tun.Device,
 }
 
 // CreateNetTUNWithOptions is CreateNetTUN with the qdisc, busy polling,
-// batch size and link options chosen.
+// batch size and link options chosen, and for an exit node, a
+// transparent stack (Options.Transparent).
 func CreateNetTUNWithOptions(localAddresses, dnsServers []netip.Addr, mtu int, opts *Options) (tun.Device, *Net, error) {
 	var o Options
 	if opts != nil {
@@ -121,7 +130,7 @@ func CreateNetTUNWithOptions(localAddresses, dnsServers []netip.Addr, mtu int, o
 	if err != nil {
 		return nil, nil, fmt.Errorf("wgnet: %w", err)
 	}
-	s, err := stack.New(&stack.Options{TCP: o.TCP, BusyPoll: o.BusyPoll, Cache: o.Cache})
+	s, err := stack.New(&stack.Options{TCP: o.TCP, BusyPoll: o.BusyPoll, Cache: o.Cache, Transparent: o.Transparent})
 	if err != nil {
 		ep.Close()
 		return nil, nil, fmt.Errorf("wgnet: %w", err)
@@ -189,8 +198,9 @@ func (n *Net) addAddresses(nic tcpip.NICID, addrs []netip.Addr) error {
 }
 
 // Stack returns the ustack stack behind the Net, for its statistics and
-// what the netstack API does not cover. The device owns it: closing the
-// device closes it.
+// what the netstack API does not cover: an exit node, built with
+// Options.Transparent, gives it to forward.New. The device owns it:
+// closing the device closes it.
 func (n *Net) Stack() *stack.Stack { return n.s }
 
 // Endpoint returns the link endpoint between the stack and the device,
