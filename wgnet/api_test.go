@@ -101,9 +101,7 @@ func udpEcho(tnet *wgnet.Net, port int) (net.PacketConn, error) {
 }
 
 func TestNetAPI(t *testing.T) {
-	a, tnetA := ustackSide(t, addrA, nil, addrB)
-	b, tnetB := ustackSide(t, addrB, nil)
-	join(t, a, b)
+	tnetA, tnetB := ustackPair(t, addrB)
 
 	t.Run("http over DialContext and ListenTCP", func(t *testing.T) {
 		l, err := httpServe(tnetB, 80)

@@ -14,9 +14,7 @@ import (
 // TestDialRefused: a connection the peer refuses fails with
 // ECONNREFUSED, as a kernel socket's does, whichever way it was dialed.
 func TestDialRefused(t *testing.T) {
-	a, tnetA := ustackSide(t, addrA, nil)
-	b, _ := ustackSide(t, addrB, nil)
-	join(t, a, b)
+	tnetA, _ := ustackPair(t)
 	closed := netip.AddrPortFrom(addrB, 83) // nothing listens there
 	ctx, cancel := context.WithTimeout(t.Context(), dialTimeout)
 	defer cancel()

@@ -143,9 +143,7 @@ func TestLookupLikeNetstack(t *testing.T) {
 // answers: each query falls to the second. With the silent one alone,
 // the lookup fails with a timeout naming it.
 func TestLookupNextServer(t *testing.T) {
-	a, tnetA := ustackSide(t, addrA, nil, silentAddr, addrB)
-	b, tnetB := ustackSide(t, addrB, nil)
-	join(t, a, b)
+	tnetA, tnetB := ustackPair(t, silentAddr, addrB)
 	serveDNS(t, tnetB)
 	// Short, so that the test does not wait dnsTimeout for the silent
 	// server twice; the second server answers in milliseconds.
@@ -156,9 +154,7 @@ func TestLookupNextServer(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{addrB.String()}, addrs)
 
-	alone, tnetAlone := ustackSide(t, addrA, nil, silentAddr)
-	other, _ := ustackSide(t, addrB, nil)
-	join(t, alone, other)
+	tnetAlone, _ := ustackPair(t, silentAddr)
 	wgnet.SetDNSTimeout(tnetAlone, 100*time.Millisecond)
 	_, err = tnetAlone.LookupContextHost(ctx, svcName)
 	var dnsErr *net.DNSError
@@ -171,9 +167,7 @@ func TestLookupNextServer(t *testing.T) {
 // answers: within its share of the deadline the dial gives up on it and
 // connects to the second.
 func TestDialContextTriesEachAddress(t *testing.T) {
-	a, tnetA := ustackSide(t, addrA, nil, addrB)
-	b, tnetB := ustackSide(t, addrB, nil)
-	join(t, a, b)
+	tnetA, tnetB := ustackPair(t, addrB)
 	serveDNS(t, tnetB)
 	ln, err := tnetB.ListenTCPAddrPort(netip.AddrPortFrom(addrB, 82))
 	require.NoError(t, err)

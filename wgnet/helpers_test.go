@@ -96,6 +96,17 @@ func join(tb testing.TB, a, b side) {
 	tb.Cleanup(db.Close)
 }
 
+// ustackPair joins wgnet Nets at addrA and addrB with default options,
+// A asking the DNS servers dnsA, and returns both; the tunnel closes when
+// the test ends.
+func ustackPair(tb testing.TB, dnsA ...netip.Addr) (tnetA, tnetB *wgnet.Net) {
+	tb.Helper()
+	a, tnetA := ustackSide(tb, addrA, nil, dnsA...)
+	b, tnetB := ustackSide(tb, addrB, nil)
+	join(tb, a, b)
+	return tnetA, tnetB
+}
+
 // connect listens on b at port, dials it from a, and returns both conns,
 // closed when the test ends.
 func connect(tb testing.TB, a, b side, port int) (client, server net.Conn) {

@@ -17,9 +17,7 @@ import (
 // TestPing sends an echo request to side B through each way of opening a
 // ping socket and sending on it, and reads B's reply.
 func TestPing(t *testing.T) {
-	a, tnetA := ustackSide(t, addrA, nil)
-	b, _ := ustackSide(t, addrB, nil)
-	join(t, a, b)
+	tnetA, _ := ustackPair(t)
 	write := func(pc *wgnet.PingConn, p []byte) (int, error) { return pc.Write(p) }
 	writeTo := func(to net.Addr) func(*wgnet.PingConn, []byte) (int, error) {
 		return func(pc *wgnet.PingConn, p []byte) (int, error) { return pc.WriteTo(p, to) }
