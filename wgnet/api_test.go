@@ -15,11 +15,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/net/dns/dnsmessage"
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
 	"golang.zx2c4.com/wireguard/tun/netstack"
 
+	"github.com/ustack-dev/ustack/forward"
+	"github.com/ustack-dev/ustack/stack"
 	"github.com/ustack-dev/ustack/wgnet"
 )
 
@@ -99,46 +100,8 @@ func udpEcho(tnet *wgnet.Net, port int) (net.PacketConn, error) {
 	return pc, nil
 }
 
-// dnsServer answers A queries for names under .test on the Net's UDP port
-// 53: "svc.test." is addrB, anything else does not exist.
-func dnsServer(t *testing.T, tnet *wgnet.Net) {
-	pc, err := tnet.ListenUDPAddrPort(netip.AddrPortFrom(addrB, 53))
-	require.NoError(t, err)
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			var m dnsmessage.Message
-			if m.Unpack(buf[:n]) != nil || len(m.Questions) != 1 {
-				continue
-			}
-			q := m.Questions[0]
-			m.Response, m.RecursionAvailable = true, true
-			switch {
-			case q.Name.String() != "svc.test.":
-				m.RCode = dnsmessage.RCodeNameError
-			case q.Type == dnsmessage.TypeA:
-				m.Answers = []dnsmessage.Resource{{
-					Header: dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 60},
-					Body:   &dnsmessage.AResource{A: addrB.As4()},
-				}}
-			}
-			out, err := m.Pack()
-			if err == nil {
-				pc.WriteTo(out, from)
-			}
-		}
-	}()
-}
-
 func TestNetAPI(t *testing.T) {
-	a, tnetA := ustackSide(t, addrA, nil, addrB)
-	b, tnetB := ustackSide(t, addrB, nil)
-	join(t, a, b)
+	tnetA, tnetB := ustackPair(t, addrB)
 
 	t.Run("http over DialContext and ListenTCP", func(t *testing.T) {
 		l, err := httpServe(tnetB, 80)
@@ -167,8 +130,8 @@ func TestNetAPI(t *testing.T) {
 		require.Equal(t, "echo", string(buf[:n]))
 	})
 	t.Run("dns", func(t *testing.T) {
-		dnsServer(t, tnetB)
-		addrs, err := tnetA.LookupHost("svc.test")
+		serveDNS(t, tnetB)
+		addrs, err := tnetA.LookupHost(svcName)
 		require.NoError(t, err)
 		require.Equal(t, []string{addrB.String()}, addrs)
 		_, err = tnetA.LookupHost("nothing.test")
@@ -229,10 +192,9 @@ func TestCloseUnblocksRead(t *testing.T) {
 }
 
 var (
-	_ net.Conn       = (*wgnet.TCPConn)(nil)
-	_ net.Listener   = (*wgnet.TCPListener)(nil)
-	_ net.Conn       = (*wgnet.UDPConn)(nil)
-	_ net.PacketConn = (*wgnet.UDPConn)(nil)
+	_ net.Conn       = wgnet.TCPConn(nil)
+	_ net.Conn       = wgnet.UDPConn(nil)
+	_ net.PacketConn = wgnet.UDPConn(nil)
 	_ net.Conn       = (*wgnet.PingConn)(nil)
 	_ net.PacketConn = (*wgnet.PingConn)(nil)
 )
@@ -269,5 +231,24 @@ func TestSameMethodsAsNetstack(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestTransparent: forward.New takes the stack of a Net built with
+// Options.Transparent (Example_exitNode relays through one) and refuses
+// a default Net's.
+func TestTransparent(t *testing.T) {
+	for _, transparent := range []bool{false, true} {
+		dev, tnet, err := wgnet.CreateNetTUNWithOptions([]netip.Addr{addrA}, nil, testMTU, &wgnet.Options{Transparent: transparent})
+		require.NoError(t, err)
+		require.Equal(t, transparent, tnet.Stack().Transparent())
+		fw, err := forward.New(tnet.Stack(), forward.Relay(&net.Dialer{}, nil), nil)
+		if transparent {
+			require.NoError(t, err)
+			require.NoError(t, fw.Close())
+		} else {
+			require.ErrorIs(t, err, stack.ErrNotTransparent)
+		}
+		require.NoError(t, dev.Close())
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -18,16 +17,28 @@ import (
 
 const (
 	// dnsTimeout bounds one query to one server: 5 s, the timeout of
-	// glibc's resolver and Go's (resolv.conf's default "timeout:5").
+	// wireguard-go's netstack, glibc's resolver and Go's (resolv.conf's
+	// default "timeout:5").
 	dnsTimeout = 5 * time.Second
-	// dnsAttempts is how many times each server is tried: 2, resolv.conf's
-	// default "attempts:2".
+	// dnsAttempts is how many times each server is tried: 2, as
+	// wireguard-go's netstack does and resolv.conf's default "attempts:2".
 	dnsAttempts = 2
 	// dnsMaxUDP is the largest UDP response read: 1232 bytes, the EDNS
 	// buffer size DNS Flag Day 2020 settled on; a longer answer comes
 	// truncated and is asked again over TCP.
 	dnsMaxUDP = 1232
 )
+
+// expire gives c ctx's deadline, and a past one if ctx is cancelled
+// first, so that a read or write in progress returns then, until the
+// returned stop is called.
+func expire(ctx context.Context, c net.Conn) (stop func() bool) {
+	if d, ok := ctx.Deadline(); ok {
+		c.SetDeadline(d)
+	}
+	// After the deadline above, so that it cannot undo a cancellation.
+	return context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+}
 
 var errNoSuchHost = errors.New("no such host")
 
@@ -37,12 +48,21 @@ func (n *Net) LookupHost(host string) ([]string, error) {
 	return n.LookupContextHost(context.Background(), host)
 }
 
-// LookupContextHost resolves host until ctx ends. An IP literal is
-// returned as it is. A name is asked for A records if the Net has an
-// IPv4 address and AAAA if it has an IPv6 one, of each server in turn,
-// over UDP through the stack (over TCP when the answer was truncated);
-// IPv6 addresses come first when the Net has one, as in wireguard-go.
-// /etc/hosts and search domains are not consulted: the host's files
+// LookupContextHost resolves host until ctx ends, as wireguard-go's
+// netstack does. An IP literal is returned as it is. A name is asked for
+// A records if the Net has an IPv4 address and AAAA if it has an IPv6
+// one, of each server in turn (each up to dnsAttempts times, dnsTimeout
+// each), over UDP through the stack and over TCP when the answer was
+// truncated; the answers keep the server's order, IPv6 first when the
+// Net has an IPv6 address. A name that does not exist is a
+// *net.DNSError with IsNotFound.
+//
+// It is not the stack's Resolver (Go's resolver asking Options.DNS),
+// which reads the host's configuration: /etc/hosts answers first
+// ("localhost" and the host's own names would be dialed through the
+// tunnel at the host's addresses), resolv.conf's search list, timeout
+// and attempts apply, addresses are sorted by the host's routes (RFC
+// 6724), and its errors name the host's resolver. The host's files
 // describe the host's network, not the tunnel's.
 func (n *Net) LookupContextHost(ctx context.Context, host string) ([]string, error) {
 	if host == "" || (!n.hasV4 && !n.hasV6) {
@@ -56,6 +76,9 @@ func (n *Net) LookupContextHost(ctx context.Context, host string) ([]string, err
 		return []string{ip.String()}, nil
 	}
 	name, err := dnsmessage.NewName(strings.TrimSuffix(host, ".") + ".")
+	if err == nil {
+		_, err = newQuery(0, dnsmessage.Question{Name: name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+	}
 	if err != nil {
 		return nil, &net.DNSError{Err: "not a valid domain name: " + err.Error(), Name: host, IsNotFound: true}
 	}
@@ -130,12 +153,11 @@ func (n *Net) query(ctx context.Context, host string, name dnsmessage.Name, t dn
 // exchange asks one server once: over UDP, and over TCP if the answer
 // was truncated.
 func (n *Net) exchange(ctx context.Context, server netip.Addr, name dnsmessage.Name, t dnsmessage.Type) ([]netip.Addr, error) {
-	ctx, cancel := context.WithTimeout(ctx, dnsTimeout)
+	ctx, cancel := context.WithTimeout(ctx, n.dnsTimeout)
 	defer cancel()
 	id := uint16(rand.Uint32())
 	q := dnsmessage.Question{Name: name, Type: t, Class: dnsmessage.ClassINET}
-	msg := dnsmessage.Message{Header: dnsmessage.Header{ID: id, RecursionDesired: true}, Questions: []dnsmessage.Question{q}}
-	req, err := msg.Pack()
+	req, err := newQuery(id, q)
 	if err != nil {
 		return nil, fmt.Errorf("pack DNS query: %w", err)
 	}
@@ -155,17 +177,21 @@ func (n *Net) exchange(ctx context.Context, server netip.Addr, name dnsmessage.N
 	return addrs, err
 }
 
+// newQuery packs a recursive query with the given ID for q.
+func newQuery(id uint16, q dnsmessage.Question) ([]byte, error) {
+	msg := dnsmessage.Message{Header: dnsmessage.Header{ID: id, RecursionDesired: true}, Questions: []dnsmessage.Question{q}}
+	return msg.Pack()
+}
+
+// udpExchange sends req to server over UDP and returns the first datagram
+// that carries its ID, until ctx ends.
 func (n *Net) udpExchange(ctx context.Context, server netip.AddrPort, req []byte) ([]byte, error) {
 	c, err := n.DialUDPAddrPort(netip.AddrPort{}, server)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	if d, ok := ctx.Deadline(); ok {
-		c.SetDeadline(d)
-	}
+	defer expire(ctx, c)()
 	if _, err := c.Write(req); err != nil {
 		return nil, err
 	}
@@ -183,17 +209,15 @@ func (n *Net) udpExchange(ctx context.Context, server netip.AddrPort, req []byte
 	}
 }
 
+// tcpExchange sends req to server over TCP (RFC 7766 framing) and
+// returns the answer, until ctx ends.
 func (n *Net) tcpExchange(ctx context.Context, server netip.AddrPort, req []byte) ([]byte, error) {
 	c, err := n.DialContextTCPAddrPort(ctx, server)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	if d, ok := ctx.Deadline(); ok {
-		c.SetDeadline(d)
-	}
+	defer expire(ctx, c)()
 	framed := binary.BigEndian.AppendUint16(make([]byte, 0, 2+len(req)), uint16(len(req)))
 	if _, err := c.Write(append(framed, req...)); err != nil {
 		return nil, err
@@ -264,71 +288,4 @@ func parseAnswer(resp []byte, id uint16, q dnsmessage.Question) ([]netip.Addr, b
 		}
 	}
 	return addrs, false, nil
-}
-
-// DialContext connects to address on network ("tcp", "tcp4", "tcp6",
-// "udp", "udp4", "udp6", "ping", "ping4", "ping6"; a ping address has no
-// port) through the tunnel, resolving a name with LookupContextHost and
-// trying its addresses in turn until one connects or ctx ends.
-func (n *Net) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	proto, version := network, byte(0)
-	if l := len(network); l > 0 && (network[l-1] == '4' || network[l-1] == '6') {
-		proto, version = network[:l-1], network[l-1]
-	}
-	if proto != "tcp" && proto != "udp" && proto != "ping" {
-		return nil, &net.OpError{Op: "dial", Net: network, Err: net.UnknownNetworkError(network)}
-	}
-	host, port := address, 0
-	if proto != "ping" {
-		h, sport, err := net.SplitHostPort(address)
-		if err != nil {
-			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
-		}
-		p, err := strconv.ParseUint(sport, 10, 16)
-		if err != nil {
-			return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("port %q: must be a number from 0 to 65535", sport)}
-		}
-		host, port = h, int(p)
-	}
-	names, err := n.LookupContextHost(ctx, host)
-	if err != nil {
-		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
-	}
-	var firstErr error
-	tried := 0
-	for _, s := range names {
-		a, err := netip.ParseAddr(s)
-		if err != nil || (version == '4' && !a.Is4()) || (version == '6' && !a.Is6()) {
-			continue
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
-		}
-		tried++
-		ap := netip.AddrPortFrom(a, uint16(port))
-		var c net.Conn
-		switch proto {
-		case "tcp":
-			c, err = n.DialContextTCPAddrPort(ctx, ap)
-		case "udp":
-			c, err = n.DialUDPAddrPort(netip.AddrPort{}, ap)
-		default:
-			c, err = n.DialPingAddr(netip.Addr{}, a)
-		}
-		if err == nil {
-			return c, nil
-		}
-		if firstErr == nil {
-			firstErr = err
-		}
-	}
-	if tried == 0 {
-		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("no address of %s for %s", network, host)}
-	}
-	return nil, firstErr
-}
-
-// Dial is DialContext without a deadline.
-func (n *Net) Dial(network, address string) (net.Conn, error) {
-	return n.DialContext(context.Background(), network, address)
 }

@@ -9,4 +9,15 @@
 // of up to BatchSize packets per call (wireguard-go's tun/netstack moves
 // one), and a qdisc of package sched turns a device that is not read fast
 // enough into backpressure on the senders instead of drops.
+//
+// The conns are the stack's own (TCPConn is stack.TCPConn, PingConn the
+// stack's ICMP echo socket), so their errors are translated once, by
+// stack.TranslateError: a refused dial satisfies errors.Is(err,
+// syscall.ECONNREFUSED). Names resolve through the tunnel's DNS servers
+// as wireguard-go resolves them (LookupContextHost).
+//
+// With Options.Transparent the Net is an exit node's: its stack takes
+// the flows the tunnel's peers send to any address, and
+// forward.New(net.Stack(), forward.Relay(...), nil) relays them to the
+// host's sockets, with no root and no kernel module (Example_exitNode).
 package wgnet

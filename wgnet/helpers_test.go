@@ -25,18 +25,25 @@ var (
 // testMTU is wireguard-go's default MTU.
 const testMTU = 1420
 
-// side is one end of a tunnel: its tun.Device and how to dial and listen
-// through the network behind it, whichever netstack that is.
+// side is one end of a tunnel: its tun.Device and how to dial, listen
+// and resolve through the network behind it, whichever netstack that is.
 type side struct {
 	tun    tun.Device
 	listen func(port int) (net.Listener, error)
 	dial   func(ctx context.Context, ap netip.AddrPort) (net.Conn, error)
 	udp    func(laddr, raddr netip.AddrPort) (net.Conn, error)
+	lookup func(ctx context.Context, host string) ([]string, error)
 }
 
 func ustackSide(tb testing.TB, addr netip.Addr, opts *wgnet.Options, dns ...netip.Addr) (side, *wgnet.Net) {
 	tb.Helper()
-	dev, tnet, err := wgnet.CreateNetTUNWithOptions([]netip.Addr{addr}, dns, testMTU, opts)
+	return ustackSideWith(tb, []netip.Addr{addr}, opts, dns...)
+}
+
+// ustackSideWith is ustackSide with the Net's every address given.
+func ustackSideWith(tb testing.TB, addrs []netip.Addr, opts *wgnet.Options, dns ...netip.Addr) (side, *wgnet.Net) {
+	tb.Helper()
+	dev, tnet, err := wgnet.CreateNetTUNWithOptions(addrs, dns, testMTU, opts)
 	require.NoError(tb, err)
 	return side{
 		tun: dev,
@@ -49,12 +56,19 @@ func ustackSide(tb testing.TB, addr netip.Addr, opts *wgnet.Options, dns ...neti
 		udp: func(laddr, raddr netip.AddrPort) (net.Conn, error) {
 			return tnet.DialUDPAddrPort(laddr, raddr)
 		},
+		lookup: tnet.LookupContextHost,
 	}, tnet
 }
 
 func netstackSide(tb testing.TB, addr netip.Addr) side {
 	tb.Helper()
-	dev, tnet, err := netstack.CreateNetTUN([]netip.Addr{addr}, nil, testMTU)
+	return netstackSideWith(tb, []netip.Addr{addr})
+}
+
+// netstackSideWith is netstackSide with the Net's every address given.
+func netstackSideWith(tb testing.TB, addrs []netip.Addr, dns ...netip.Addr) side {
+	tb.Helper()
+	dev, tnet, err := netstack.CreateNetTUN(addrs, dns, testMTU)
 	require.NoError(tb, err)
 	return side{
 		tun: dev,
@@ -67,6 +81,7 @@ func netstackSide(tb testing.TB, addr netip.Addr) side {
 		udp: func(laddr, raddr netip.AddrPort) (net.Conn, error) {
 			return tnet.DialUDPAddrPort(laddr, raddr)
 		},
+		lookup: tnet.LookupContextHost,
 	}
 }
 
@@ -79,6 +94,17 @@ func join(tb testing.TB, a, b side) {
 	require.NoError(tb, err)
 	tb.Cleanup(da.Close)
 	tb.Cleanup(db.Close)
+}
+
+// ustackPair joins wgnet Nets at addrA and addrB with default options,
+// A asking the DNS servers dnsA, and returns both; the tunnel closes when
+// the test ends.
+func ustackPair(tb testing.TB, dnsA ...netip.Addr) (tnetA, tnetB *wgnet.Net) {
+	tb.Helper()
+	a, tnetA := ustackSide(tb, addrA, nil, dnsA...)
+	b, tnetB := ustackSide(tb, addrB, nil)
+	join(tb, a, b)
+	return tnetA, tnetB
 }
 
 // connect listens on b at port, dials it from a, and returns both conns,

@@ -1,20 +1,13 @@
 package wgnet
 
 import (
-	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
-	"os"
-	"sync"
 	"time"
-
-	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
-	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
-	"gvisor.dev/gvisor/pkg/waiter"
 )
 
 // PingAddr is the address of a ping socket: an IP address whose network
@@ -43,21 +36,21 @@ func (a PingAddr) Addr() netip.Addr { return a.addr }
 
 // PingConn is an ICMP echo socket through the stack (an unprivileged
 // ping socket, as Linux's SOCK_DGRAM IPPROTO_ICMP): what it writes is an
-// ICMP message whose identifier and checksum the stack fills in, and what
-// it reads are the echo replies addressed to it. It is a net.Conn and a
-// net.PacketConn, safe for concurrent use.
+// echo request whose identifier and checksum the stack fills in, and
+// what it reads are the echo replies addressed to it. It is the stack's
+// ICMP echo socket (stack.ListenPacket's "ip4:icmp" and
+// "ip6:ipv6-icmp") with wireguard-go's addresses: its deadlines, errors
+// and Close are the stack's. It is a net.Conn and a net.PacketConn, safe
+// for concurrent use.
 type PingConn struct {
+	sock         UDPConn // the stack's ICMP echo socket; UDPConn is its shape
 	laddr, raddr PingAddr
-	ep           tcpip.Endpoint
-	wq           waiter.Queue
-
-	mu            sync.Mutex // guards the deadlines
-	readDeadline  time.Time
-	writeDeadline time.Time
-	deadlineMoved chan struct{} // closed and replaced when a deadline changes
-
-	closeOnce sync.Once
-	done      chan struct{}
+	// filter is set when the socket was bound to an address and then
+	// given a peer: the stack's socket is then unconnected (the stack
+	// binds or connects one, not both), so Write sends to raddr and
+	// reads skip what did not come from it, as a connected socket's
+	// would.
+	filter bool
 }
 
 var (
@@ -65,9 +58,22 @@ var (
 	_ net.PacketConn = (*PingConn)(nil)
 )
 
+// icmpNetwork is the stack's network name of an ICMP echo socket of IPv6
+// if v6, else of IPv4.
+func icmpNetwork(v6 bool) string {
+	if v6 {
+		return "ip6:ipv6-icmp"
+	}
+	return "ip4:icmp"
+}
+
 // DialPingAddr returns a ping socket bound to laddr (if valid) and
 // connected to raddr (if valid); at least one must be.
 func (n *Net) DialPingAddr(laddr, raddr netip.Addr) (*PingConn, error) {
+	return n.dialPing(context.Background(), laddr, raddr)
+}
+
+func (n *Net) dialPing(ctx context.Context, laddr, raddr netip.Addr) (*PingConn, error) {
 	laddr, raddr = laddr.Unmap(), raddr.Unmap()
 	if !laddr.IsValid() && !raddr.IsValid() {
 		return nil, errors.New("wgnet: ping dial: give a local or a remote address")
@@ -76,34 +82,34 @@ func (n *Net) DialPingAddr(laddr, raddr netip.Addr) (*PingConn, error) {
 		return nil, fmt.Errorf("wgnet: ping dial: %v and %v are of different IP versions", laddr, raddr)
 	}
 	v6 := laddr.Is6() || raddr.Is6()
-	tp, np := icmp.ProtocolNumber4, ipv4.ProtocolNumber
-	if v6 {
-		tp, np = icmp.ProtocolNumber6, ipv6.ProtocolNumber
-	}
-	pc := &PingConn{laddr: PingAddr{laddr}, raddr: PingAddr{raddr}, deadlineMoved: make(chan struct{}), done: make(chan struct{})}
+	network := icmpNetwork(v6)
+	pc := &PingConn{laddr: PingAddr{laddr}, raddr: PingAddr{raddr}}
 	if !laddr.IsValid() {
 		pc.laddr.addr = netip.IPv4Unspecified()
 		if v6 {
 			pc.laddr.addr = netip.IPv6Unspecified()
 		}
-	}
-	ep, terr := n.s.GVisor().NewEndpoint(tp, np, &pc.wq)
-	if terr != nil {
-		return nil, fmt.Errorf("wgnet: ping socket: %s", terr)
-	}
-	pc.ep = ep
-	if laddr.IsValid() {
-		if terr := ep.Bind(tcpip.FullAddress{Addr: tcpip.AddrFromSlice(laddr.AsSlice())}); terr != nil {
-			ep.Close()
-			return nil, fmt.Errorf("wgnet: ping bind %v: %s", laddr, terr)
+		c, err := n.s.DialContext(ctx, network, raddr.String())
+		if err != nil {
+			return nil, err
 		}
+		return pc.attach(c)
 	}
-	if raddr.IsValid() {
-		if terr := ep.Connect(tcpip.FullAddress{Addr: tcpip.AddrFromSlice(raddr.AsSlice())}); terr != nil {
-			ep.Close()
-			return nil, fmt.Errorf("wgnet: ping connect %v: %s", raddr, terr)
-		}
+	c, err := n.s.ListenPacket(network, laddr.String())
+	if err != nil {
+		return nil, err
 	}
+	pc.filter = raddr.IsValid()
+	return pc.attach(c)
+}
+
+// attach makes the stack's socket c pc's.
+func (pc *PingConn) attach(c io.Closer) (*PingConn, error) {
+	sock, err := bothConn(c)
+	if err != nil {
+		return nil, err
+	}
+	pc.sock = sock
 	return pc, nil
 }
 
@@ -134,145 +140,72 @@ func (n *Net) ListenPing(laddr *PingAddr) (*PingConn, error) {
 	return n.ListenPingAddr(la)
 }
 
-// LocalAddr implements net.Conn.
+// LocalAddr implements net.Conn: the address the socket was bound to,
+// or the unspecified address of its IP version.
 func (pc *PingConn) LocalAddr() net.Addr { return pc.laddr }
 
-// RemoteAddr implements net.Conn.
+// RemoteAddr implements net.Conn: the address it was dialed to, or the
+// zero PingAddr.
 func (pc *PingConn) RemoteAddr() net.Addr { return pc.raddr }
 
-// Close implements net.Conn; it wakes a blocked read.
-func (pc *PingConn) Close() error {
-	pc.closeOnce.Do(func() {
-		close(pc.done)
-		pc.ep.Close()
-	})
-	return nil
-}
+// Close implements net.Conn; it wakes reads and writes in progress.
+func (pc *PingConn) Close() error { return pc.sock.Close() }
 
 // SetDeadline implements net.Conn.
-func (pc *PingConn) SetDeadline(t time.Time) error {
-	pc.setDeadlines(t, true, true)
-	return nil
-}
+func (pc *PingConn) SetDeadline(t time.Time) error { return pc.sock.SetDeadline(t) }
 
 // SetReadDeadline implements net.Conn.
-func (pc *PingConn) SetReadDeadline(t time.Time) error {
-	pc.setDeadlines(t, true, false)
-	return nil
-}
+func (pc *PingConn) SetReadDeadline(t time.Time) error { return pc.sock.SetReadDeadline(t) }
 
-// SetWriteDeadline implements net.Conn. A write never waits (the stack
-// queues or refuses at once), so only a deadline already past fails it.
-func (pc *PingConn) SetWriteDeadline(t time.Time) error {
-	pc.setDeadlines(t, false, true)
-	return nil
-}
+// SetWriteDeadline implements net.Conn: a write waits for room in the
+// device's queue until then.
+func (pc *PingConn) SetWriteDeadline(t time.Time) error { return pc.sock.SetWriteDeadline(t) }
 
-func (pc *PingConn) setDeadlines(t time.Time, read, write bool) {
-	pc.mu.Lock()
-	if read {
-		pc.readDeadline = t
-	}
-	if write {
-		pc.writeDeadline = t
-	}
-	close(pc.deadlineMoved)
-	pc.deadlineMoved = make(chan struct{})
-	pc.mu.Unlock()
-}
-
-func (pc *PingConn) opError(op string, addr net.Addr, err error) error {
-	return &net.OpError{Op: op, Net: pc.laddr.Network(), Source: pc.laddr, Addr: addr, Err: err}
-}
-
-// WriteTo implements net.PacketConn: p is an ICMP message (an echo
-// request, typically) sent to addr, a *PingAddr or *net.IPAddr of the
-// socket's IP version.
+// WriteTo implements net.PacketConn: p is an ICMP echo request sent to
+// addr, a *PingAddr, PingAddr or *net.IPAddr of the socket's IP version.
 func (pc *PingConn) WriteTo(p []byte, addr net.Addr) (int, error) {
-	var na netip.Addr
+	var ip net.IP
 	switch v := addr.(type) {
 	case *PingAddr:
-		na = v.addr
+		ip = v.addr.AsSlice()
 	case PingAddr:
-		na = v.addr
+		ip = v.addr.AsSlice()
 	case *net.IPAddr:
-		na, _ = netip.AddrFromSlice(v.IP)
+		ip = v.IP
 	default:
-		return 0, pc.opError("write", addr, fmt.Errorf("address of type %T: use a *PingAddr or *net.IPAddr", addr))
+		return 0, &net.OpError{Op: "write", Net: pc.laddr.Network(), Source: pc.laddr, Addr: addr,
+			Err: fmt.Errorf("address of type %T: use a *PingAddr or *net.IPAddr", addr)}
 	}
-	na = na.Unmap()
-	if na.Is4() != pc.laddr.addr.Is4() {
-		return 0, pc.opError("write", addr, errors.New("address of the other IP version than the socket's"))
-	}
-	pc.mu.Lock()
-	wd := pc.writeDeadline
-	pc.mu.Unlock()
-	if !wd.IsZero() && !time.Now().Before(wd) {
-		return 0, pc.opError("write", addr, os.ErrDeadlineExceeded)
-	}
-	to := tcpip.FullAddress{Addr: tcpip.AddrFromSlice(na.AsSlice())}
-	n, terr := pc.ep.Write(bytes.NewReader(p), tcpip.WriteOptions{To: &to})
-	if terr != nil {
-		return int(n), pc.opError("write", addr, errors.New(terr.String()))
-	}
-	return int(n), nil
+	return pc.sock.WriteTo(p, &net.IPAddr{IP: ip})
 }
 
-// Write implements net.Conn: it sends p to the connected address.
-func (pc *PingConn) Write(p []byte) (int, error) { return pc.WriteTo(p, &pc.raddr) }
+// Write implements net.Conn: it sends p to the address the socket was
+// dialed to.
+func (pc *PingConn) Write(p []byte) (int, error) {
+	if pc.filter {
+		return pc.WriteTo(p, pc.raddr)
+	}
+	return pc.sock.Write(p)
+}
 
-// ReadFrom implements net.PacketConn: it waits for an ICMP message, until
-// the read deadline or Close.
+// ReadFrom implements net.PacketConn: it waits for an echo reply, until
+// the read deadline or Close, and returns its source as a *PingAddr.
 func (pc *PingConn) ReadFrom(p []byte) (int, net.Addr, error) {
-	entry, readable := waiter.NewChannelEntry(waiter.ReadableEvents)
-	pc.wq.EventRegister(&entry)
-	defer pc.wq.EventUnregister(&entry)
 	for {
-		w := tcpip.SliceWriter(p)
-		res, terr := pc.ep.Read(&w, tcpip.ReadOptions{NeedRemoteAddr: true})
-		if terr == nil {
-			ra, _ := netip.AddrFromSlice(res.RemoteAddr.Addr.AsSlice())
-			return res.Count, &PingAddr{ra}, nil
+		n, from, err := pc.sock.ReadFrom(p)
+		if err != nil {
+			return n, nil, err
 		}
-		if _, wait := terr.(*tcpip.ErrWouldBlock); !wait {
-			select {
-			case <-pc.done:
-				return 0, nil, pc.opError("read", nil, net.ErrClosed)
-			default:
-			}
-			return 0, nil, pc.opError("read", nil, errors.New(terr.String()))
+		var src netip.Addr
+		if ia, ok := from.(*net.IPAddr); ok {
+			src, _ = netip.AddrFromSlice(ia.IP)
+			src = src.Unmap()
 		}
-		pc.mu.Lock()
-		rd, moved := pc.readDeadline, pc.deadlineMoved
-		pc.mu.Unlock()
-		if err := pc.wait(readable, moved, rd); err != nil {
-			return 0, nil, pc.opError("read", nil, err)
+		if pc.filter && src != pc.raddr.addr {
+			continue
 		}
+		return n, &PingAddr{src}, nil
 	}
-}
-
-// wait blocks until the socket may be readable, the deadline moved, the
-// deadline rd passed or Close.
-func (pc *PingConn) wait(readable <-chan struct{}, moved chan struct{}, rd time.Time) error {
-	var expired <-chan time.Time
-	if !rd.IsZero() {
-		d := time.Until(rd)
-		if d <= 0 {
-			return os.ErrDeadlineExceeded
-		}
-		t := time.NewTimer(d)
-		defer t.Stop()
-		expired = t.C
-	}
-	select {
-	case <-readable:
-	case <-moved:
-	case <-expired:
-		return os.ErrDeadlineExceeded
-	case <-pc.done:
-		return net.ErrClosed
-	}
-	return nil
 }
 
 // Read implements net.Conn.

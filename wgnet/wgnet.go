@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"time"
 
 	"golang.zx2c4.com/wireguard/tun"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -67,6 +68,14 @@ type Options struct {
 	// non-TCP socket (TCP's are TCP.ReceiveBuffer); 0 means
 	// DefaultSocketReceiveBuffer.
 	SocketReceiveBuffer int
+	// Transparent builds the stack with stack.Options.Transparent, so
+	// that the Net can take the flows the tunnel's peers send to any
+	// address, not only to its own: an exit node hands them to
+	// forward.New(net.Stack(), ...), which needs it. Off by default, as
+	// an endpoint that only dials and listens wants: a transparent stack
+	// sends packets to its own addresses out of the device rather than
+	// delivering them locally (see stack.Options.Transparent).
+	Transparent bool
 }
 
 // Net is the network behind the device: dial, listen, ping and resolve
@@ -76,6 +85,7 @@ type Net struct {
 	s            *stack.Stack
 	ep           *pktio.Endpoint
 	dnsServers   []netip.Addr
+	dnsTimeout   time.Duration // dnsTimeout; tests shorten it
 	hasV4, hasV6 bool
 }
 
@@ -89,7 +99,8 @@ func CreateNetTUN(localAddresses, dnsServers []netip.Addr, mtu int) (tun.Device,
 }
 
 // CreateNetTUNWithOptions is CreateNetTUN with the qdisc, busy polling,
-// batch size and link options chosen.
+// batch size and link options chosen, and for an exit node, a
+// transparent stack (Options.Transparent).
 func CreateNetTUNWithOptions(localAddresses, dnsServers []netip.Addr, mtu int, opts *Options) (tun.Device, *Net, error) {
 	var o Options
 	if opts != nil {
@@ -119,7 +130,7 @@ func CreateNetTUNWithOptions(localAddresses, dnsServers []netip.Addr, mtu int, o
 	if err != nil {
 		return nil, nil, fmt.Errorf("wgnet: %w", err)
 	}
-	s, err := stack.New(&stack.Options{TCP: o.TCP, BusyPoll: o.BusyPoll, Cache: o.Cache})
+	s, err := stack.New(&stack.Options{TCP: o.TCP, BusyPoll: o.BusyPoll, Cache: o.Cache, Transparent: o.Transparent})
 	if err != nil {
 		ep.Close()
 		return nil, nil, fmt.Errorf("wgnet: %w", err)
@@ -136,9 +147,9 @@ func CreateNetTUNWithOptions(localAddresses, dnsServers []netip.Addr, mtu int, o
 	if terr := s.GVisor().SetOption(rb); terr != nil {
 		ep.Close()
 		s.Close()
-		return nil, nil, fmt.Errorf("wgnet: set the socket receive buffer to %d bytes: %s", o.SocketReceiveBuffer, terr)
+		return nil, nil, fmt.Errorf("wgnet: set the socket receive buffer to %d bytes: %w", o.SocketReceiveBuffer, stack.TranslateError(terr))
 	}
-	n := &Net{s: s, ep: ep, dnsServers: append([]netip.Addr(nil), dnsServers...)}
+	n := &Net{s: s, ep: ep, dnsServers: append([]netip.Addr(nil), dnsServers...), dnsTimeout: dnsTimeout}
 	nic, err := s.AddNIC(ep, &stack.NICOptions{Name: "wg", Qdisc: o.Qdisc, QdiscOptions: o.QdiscOptions})
 	if err != nil {
 		ep.Close()
@@ -187,8 +198,9 @@ func (n *Net) addAddresses(nic tcpip.NICID, addrs []netip.Addr) error {
 }
 
 // Stack returns the ustack stack behind the Net, for its statistics and
-// what the netstack API does not cover. The device owns it: closing the
-// device closes it.
+// what the netstack API does not cover: an exit node, built with
+// Options.Transparent, gives it to forward.New. The device owns it:
+// closing the device closes it.
 func (n *Net) Stack() *stack.Stack { return n.s }
 
 // Endpoint returns the link endpoint between the stack and the device,
