@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -107,17 +108,26 @@ func confinePolicy() (seccomp.Policy, error) {
 
 // Confine confines this process once the sandbox serves (and its command,
 // if any, runs: commands started afterwards would inherit the filter and
-// could not be executed). It opens the ping relay's host sockets, drops
-// from every thread every capability but CAP_NET_BIND_SERVICE (kept if
-// held, for forwards below port 1024 added through the API socket) and
-// empties the bounding set but for it, sets no_new_privs and loads a
-// seccomp filter on every thread (TSYNC) that allows only the system
-// calls the relay needs (relaySyscalls): a denied call fails with EPERM,
-// so the process can no longer execute a program, fork, or open a raw or
-// packet socket. It cannot be undone.
+// could not be executed): it opens the ping relay's host sockets, then
+// ConfineProcess. It cannot be undone.
 func (s *Sandbox) Confine() error {
 	s.fw.OpenPing()
-	if err := dropCapabilities(); err != nil {
+	return ConfineProcess()
+}
+
+// ConfineProcess confines a relay process once it has opened what it
+// needs: as root, it switches every thread to an unprivileged uid and gid
+// (nobody's, 65534, where the user namespace maps them, as pasta does),
+// keeping CAP_NET_BIND_SERVICE if held (for forwards below port 1024
+// added through the API socket); it drops every other capability from
+// every thread and the bounding set, sets no_new_privs and loads a
+// seccomp filter on every thread (TSYNC) that allows only the system
+// calls a relay needs (relaySyscalls): a denied call fails with EPERM, so
+// the process can no longer execute a program, fork, or open a raw or
+// packet socket. Run after Isolate, it leaves a process that reaches
+// nothing of the host's but what it holds open. It cannot be undone.
+func ConfineProcess() error {
+	if err := dropPrivileges(); err != nil {
 		return err
 	}
 	p, err := confinePolicy()
@@ -133,20 +143,109 @@ func (s *Sandbox) Confine() error {
 	return nil
 }
 
+// Isolate gives this process an empty, read-only root filesystem, as
+// slirp4netns's --enable-sandbox and pasta do: a tmpfs with nothing in
+// it but a /proc of the process's own, pivoted to as the root, the
+// host's tree detached. It must run as the first process of mount and
+// PID namespaces of its own, such as a relay process started with
+// CLONE_NEWNS and CLONE_NEWPID (and CLONE_NEWUSER without root) is: it
+// refuses to run in its parent's mount namespace, where pivot_root would
+// change the root of every process there (where it cannot tell, the
+// kernel refuses pivot_root in a mount namespace it does not own). Its /proc shows that PID
+// namespace only, this process alone, and only the processes' entries
+// (subset=pid), which is what the capability drop of ConfineProcess
+// needs to find every thread in a build with cgo. Afterwards no path of
+// the host's filesystem is reachable, and what the process opened before
+// stays open. It cannot be undone.
+func Isolate() error {
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return fmt.Errorf("sandbox: isolate: read this process's mount namespace: %w", err)
+	}
+	// Where the parent's namespace cannot be read (the parent is another
+	// user's, as a relay in a user namespace of its own sees it), the
+	// kernel refuses pivot_root in a mount namespace this process does
+	// not own, so the check below is only needed, and made, where it can.
+	if parent, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", parentPID())); err == nil && parent == self {
+		return fmt.Errorf("sandbox: isolate: this process shares its parent's mount namespace (%s): start it in one of its own (CLONE_NEWNS)", self)
+	}
+	if os.Getpid() != 1 {
+		return errors.New("sandbox: isolate: this process is not the first of a PID namespace of its own: start it in one (CLONE_NEWPID), so that its /proc shows it alone")
+	}
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		// Nothing done here may reach the host's mounts.
+		{"make every mount private", func() error { return unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, "") }},
+		// The new root: /tmp exists everywhere, and over it, in this
+		// namespace only, an empty tmpfs that can hold nothing.
+		{"mount an empty tmpfs", func() error {
+			return unix.Mount("tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,nr_inodes=2,mode=0555")
+		}},
+		{"enter it", func() error { return unix.Chdir("/tmp") }},
+		{"make its /proc", func() error { return unix.Mkdir("proc", 0o555) }},
+		{"mount its /proc", func() error {
+			return unix.Mount("proc", "proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "hidepid=invisible,subset=pid")
+		}},
+		// new_root and put_old may be the same directory (pivot_root(2)):
+		// the old root is then stacked on it, and detached next.
+		{"pivot_root", func() error { return unix.PivotRoot(".", ".") }},
+		{"detach the host's tree", func() error { return unix.Unmount(".", unix.MNT_DETACH) }},
+		{"enter the new root", func() error { return unix.Chdir("/") }},
+		{"make it read-only", func() error {
+			return unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+		}},
+	}
+	for _, st := range steps {
+		if err := st.do(); err != nil {
+			return fmt.Errorf("sandbox: isolate: %s: %w", st.what, err)
+		}
+	}
+	return nil
+}
+
 // keptCap is the one capability a confined sandbox keeps, if it has it:
 // binding host ports below 1024 for forwards added at run time. Every
 // other privilege the relay uses is spent before: the TUN device and the
 // namespace exist, the ping relay's raw sockets (CAP_NET_RAW) are open.
 const keptCap = unix.CAP_NET_BIND_SERVICE
 
-// dropCapabilities leaves every thread at most keptCap in its effective
+// parentPID is this process's parent as the mounted /proc numbers it: in
+// a PID namespace of its own the parent is outside, where getppid says 0,
+// but the host's /proc, still mounted, knows it.
+func parentPID() int {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0
+	}
+	// The command's name, in parentheses, may hold spaces: the fields
+	// after it are "state ppid ...".
+	if i := strings.LastIndexByte(string(b), ')'); i >= 0 {
+		if f := strings.Fields(string(b[i+1:])); len(f) > 1 {
+			if n, err := strconv.Atoi(f[1]); err == nil {
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// nobody is the uid and gid a root relay switches to, where its user
+// namespace maps them: the overflow ids (nobody, nogroup) that own
+// nothing.
+const nobody = 65534
+
+// dropPrivileges leaves every thread at most keptCap in its effective
 // and permitted sets, nothing inheritable, and a bounding set of at most
-// keptCap. Capabilities belong to each thread, so each thread must drop
-// its own: psx runs the system calls on all of them at once, through the
-// Go runtime's AllThreadsSyscall in a build without cgo, and through
-// libpsx's signal to every thread in one with cgo (where AllThreadsSyscall
-// refuses to).
-func dropCapabilities() error {
+// keptCap; as root, where nobody is mapped, it first switches every
+// thread to nobody's uid and gid with no supplementary groups, keeping
+// keptCap across the switch. Capabilities and credentials belong to each
+// thread, so each thread must change its own: psx runs the system calls
+// on all of them at once, through the Go runtime's AllThreadsSyscall in a
+// build without cgo, and through libpsx's signal to every thread in one
+// with cgo (where AllThreadsSyscall refuses to).
+func dropPrivileges() error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
@@ -172,6 +271,11 @@ func dropCapabilities() error {
 			}
 		}
 	}
+	if os.Geteuid() == 0 && data[0].Effective&(1<<unix.CAP_SETUID) != 0 && data[0].Effective&(1<<unix.CAP_SETGID) != 0 && idMapped("/proc/self/uid_map", nobody) && idMapped("/proc/self/gid_map", nobody) {
+		if err := becomeNobody(); err != nil {
+			return err
+		}
+	}
 	data = [2]unix.CapUserData{}
 	if had {
 		data[0].Permitted = 1 << keptCap
@@ -181,6 +285,50 @@ func dropCapabilities() error {
 		return fmt.Errorf("sandbox: drop capabilities: %w (serve unconfined if this process may not)", os.NewSyscallError("capset", e))
 	}
 	return nil
+}
+
+// becomeNobody switches every thread to nobody's uid and gid, without
+// supplementary groups, keeping the permitted capabilities across the
+// switch (PR_SET_KEEPCAPS) for dropPrivileges to trim.
+func becomeNobody() error {
+	steps := []struct {
+		what     string
+		nr, a, b uintptr
+		c        uintptr
+	}{
+		{"prctl PR_SET_KEEPCAPS", unix.SYS_PRCTL, unix.PR_SET_KEEPCAPS, 1, 0},
+		{"setgroups", unix.SYS_SETGROUPS, 0, 0, 0},
+		{"setresgid", unix.SYS_SETRESGID, nobody, nobody, nobody},
+		{"setresuid", unix.SYS_SETRESUID, nobody, nobody, nobody},
+		{"prctl PR_SET_KEEPCAPS", unix.SYS_PRCTL, unix.PR_SET_KEEPCAPS, 0, 0},
+	}
+	for _, st := range steps {
+		if _, _, e := psx.Syscall3(st.nr, st.a, st.b, st.c); e != 0 {
+			return fmt.Errorf("sandbox: switch to uid and gid %d: %w (serve unconfined if this process may not)", nobody, os.NewSyscallError(st.what, e))
+		}
+	}
+	return nil
+}
+
+// idMapped reports whether id, as this process's user namespace sees it,
+// is mapped in the map file (/proc/self/uid_map or gid_map).
+func idMapped(file string, id uint32) bool {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		first, err1 := strconv.ParseUint(f[0], 10, 32)
+		count, err2 := strconv.ParseUint(f[2], 10, 32)
+		if err1 == nil && err2 == nil && uint64(id) >= first && uint64(id) < first+count {
+			return true
+		}
+	}
+	return false
 }
 
 // lastCap is the kernel's highest capability number, which may be below

@@ -2,12 +2,15 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -18,6 +21,7 @@ import (
 	"time"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/ustack-dev/ustack/internal/testenv"
@@ -92,7 +96,7 @@ func confinedChild() error {
 	if err != nil {
 		return err
 	}
-	if err := dropCapabilities(); err != nil {
+	if err := dropPrivileges(); err != nil {
 		return err
 	}
 	if err := seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: p}); err != nil {
@@ -297,4 +301,183 @@ func udpRoundTrip() error {
 		return fmt.Errorf("udp: %v %q", err, buf[:n])
 	}
 	return nil
+}
+
+// isolateChildEnv makes the test binary, re-executed in a mount
+// namespace of its own, isolate and confine itself as a relay process
+// does and then try to reach the host: the value is the probe's targets.
+const isolateChildEnv = "USTACK_TEST_ISOLATE_CHILD"
+
+// isolateProbe is what the isolated child tries to reach.
+type isolateProbe struct {
+	Secret, Victim string // a root-owned 0600 file to rewrite, another to delete
+	Sleeper        int    // a root process to signal
+	WantUID        int    // the uid the child must end with
+}
+
+// TestIsolate runs the relay's isolation and confinement (Isolate, then
+// ConfineProcess) in a child process, as root and as an unprivileged
+// user (in a user namespace of its own, as the commands start their relay
+// then), and has the child try what a compromised relay would: rewrite a
+// root-owned 0600 file, delete another, signal a root process, list the
+// host's root. Each must fail, the files and the process must be
+// untouched, and as root the child must end as nobody.
+func TestIsolate(t *testing.T) {
+	if spec := os.Getenv(isolateChildEnv); spec != "" {
+		if err := isolatedChild(spec); err != nil {
+			fmt.Println("FAIL:", err)
+			os.Exit(1)
+		}
+		fmt.Println("isolated ok")
+		os.Exit(0)
+	}
+	if os.Geteuid() != 0 {
+		testenv.Skip(t, "isolation is tried as root and as a user made for it: run as root")
+	}
+	if !seccomp.Supported() {
+		testenv.Skip(t, "this kernel has no seccomp filters (CONFIG_SECCOMP_FILTER)")
+	}
+	// Not t.TempDir, whose parent the user could not enter.
+	dir, err := os.MkdirTemp("", "ustack-isolate-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755))
+	secret := filepath.Join(dir, "secret")
+	victim := filepath.Join(dir, "victim")
+	require.NoError(t, os.WriteFile(secret, []byte("root's"), 0o600))
+	require.NoError(t, os.WriteFile(victim, []byte("root's"), 0o600))
+	sleeper := exec.Command("sleep", "600")
+	require.NoError(t, sleeper.Start())
+	defer func() {
+		sleeper.Process.Kill()
+		sleeper.Wait()
+	}()
+	self, err := os.Executable()
+	require.NoError(t, err)
+	bin := filepath.Join(dir, "sandbox.test")
+	b, err := os.ReadFile(self)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(bin, b, 0o755))
+
+	for _, tc := range []struct {
+		name string
+		attr *syscall.SysProcAttr
+		uid  int
+	}{
+		{"root", &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID}, nobody},
+		{"user", nil, 0}, // filled in below: the user's own namespace
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			attr := tc.attr
+			if attr == nil {
+				uid, gid := testUser(t)
+				// Root of a user namespace of its own, which is
+				// the user outside, as the commands start their
+				// relay without root.
+				attr = &syscall.SysProcAttr{
+					Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
+					Credential:  &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true},
+					UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}},
+					GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}},
+				}
+			}
+			spec, err := json.Marshal(isolateProbe{Secret: secret, Victim: victim, Sleeper: sleeper.Process.Pid, WantUID: tc.uid})
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), confineChildTimeout)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, "-test.run=^TestIsolate$", "-test.count=1")
+			cmd.Env = append(os.Environ(), isolateChildEnv+"="+string(spec))
+			cmd.SysProcAttr = attr
+			cmd.Dir = "/"
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "isolated child:\n%s", out)
+			require.Contains(t, string(out), "isolated ok", "%s", out)
+			got, err := os.ReadFile(secret)
+			require.NoError(t, err)
+			require.Equal(t, "root's", string(got), "the secret was rewritten")
+			require.FileExists(t, victim, "the victim was deleted")
+			require.NoError(t, sleeper.Process.Signal(syscall.Signal(0)), "the sleeper is gone")
+		})
+	}
+}
+
+// testUser returns the uid and gid of an unprivileged user for the
+// isolation test: the rootless tests' user if it exists, else nobody.
+func testUser(t *testing.T) (uid, gid int) {
+	if u, err := user.Lookup("ustack-test"); err == nil {
+		uid, _ = strconv.Atoi(u.Uid)
+		gid, _ = strconv.Atoi(u.Gid)
+		return uid, gid
+	}
+	return nobody, nobody
+}
+
+func isolatedChild(spec string) error {
+	var p isolateProbe
+	if err := json.Unmarshal([]byte(spec), &p); err != nil {
+		return err
+	}
+	// A socket made before, as the relay's are, keeps working.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	if err := Isolate(); err != nil {
+		return err
+	}
+	if err := ConfineProcess(); err != nil {
+		return err
+	}
+	if uid := os.Getuid(); uid != p.WantUID {
+		return fmt.Errorf("uid %d after confinement, want %d", uid, p.WantUID)
+	}
+	if names, err := dirNames("/"); err != nil || strings.Join(names, " ") != "proc" {
+		return fmt.Errorf("the root lists %q (%v), want only its own proc", names, err)
+	}
+	// That /proc shows this process alone, and none of the host's files.
+	if names, err := dirNames("/proc"); err != nil || strings.Join(names, " ") != "1 self thread-self" {
+		return fmt.Errorf("/proc lists %q (%v), want this process alone", names, err)
+	}
+	if names, err := dirNames("/proc/1/root/"); err != nil || strings.Join(names, " ") != "proc" {
+		return fmt.Errorf("/proc/1/root lists %q (%v), want the empty root", names, err)
+	}
+	if err := os.WriteFile(p.Secret, []byte("relay's"), 0o600); err == nil {
+		return fmt.Errorf("rewrote %s", p.Secret)
+	}
+	if err := os.WriteFile("/planted", []byte("relay's"), 0o600); err == nil {
+		return errors.New("wrote a file into the new root")
+	}
+	if err := os.Remove(p.Victim); err == nil {
+		return fmt.Errorf("deleted %s", p.Victim)
+	}
+	if err := unix.Kill(p.Sleeper, syscall.SIGKILL); err == nil {
+		return fmt.Errorf("killed root's process %d", p.Sleeper)
+	}
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Write([]byte("still here"))
+			c.Close()
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		return fmt.Errorf("dial the listener opened before: %w", err)
+	}
+	defer c.Close()
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != "still here" {
+		return fmt.Errorf("the listener opened before: %q, %v", got, err)
+	}
+	return nil
+}
+
+// dirNames lists a directory's names, sorted.
+func dirNames(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	names := make([]string, len(ents))
+	for i, e := range ents {
+		names[i] = e.Name()
+	}
+	return names, err
 }
