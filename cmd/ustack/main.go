@@ -44,6 +44,9 @@ func main() {
 	// First: in the helper that starts a sandbox's command, this becomes
 	// the command and never returns.
 	sandbox.Init()
+	if os.Getenv(relayEnv) != "" {
+		os.Exit(relayMain())
+	}
 	asCommand = true
 	os.Exit(dispatch(os.Args, os.Stdout, os.Stderr))
 }

@@ -257,7 +257,10 @@ Flags:
 
 // run runs the sandbox: builds it, serves it (running CMD in it, if
 // given), and returns the exit status: CMD's, or 0 once told to stop, or
-// 1 if the sandbox failed.
+// 1 if the sandbox failed. Confined (the default), the sandbox is served
+// by a relay process of its own (startRelay), isolated and confined,
+// while this process keeps the namespace, runs CMD and passes signals
+// on; unconfined, this process serves it.
 func (r *sandboxRun) run(stdin io.Reader, stdout, stderr io.Writer) int {
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, r.name+": "+format+"\n", a...)
@@ -267,9 +270,10 @@ func (r *sandboxRun) run(stdin io.Reader, stdout, stderr io.Writer) int {
 		// An explicit $GOMAXPROCS wins over the default, not over the flag.
 		runtime.GOMAXPROCS(r.procs)
 	}
-	if r.sysmonTick {
+	if r.sysmonTick && !r.confine {
 		// Before anything is created: the command line was checked,
-		// and is parsed again after the exec.
+		// and is parsed again after the exec. A confined run's relay
+		// is started with the setting instead.
 		if err := execWithSysmonTick(); err != nil {
 			fmt.Fprintf(stderr, "%s: the runtime monitor's slow tick: execute again: %v\n", r.name, err)
 		}
@@ -282,46 +286,17 @@ func (r *sandboxRun) run(stdin io.Reader, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
-	stopProfiles, err := startProfiles(r.cpuProfile, r.traceFile)
+	var sv server
+	var err error
+	if r.confine {
+		sv, err = r.startConfined(stderr)
+	} else {
+		sv, err = r.startInProcess(stderr)
+	}
 	if err != nil {
 		return fail("%v", err)
 	}
-	defer stopProfiles()
-	if r.pcap != "" {
-		f, err := os.Create(r.pcap)
-		if err != nil {
-			return fail("capture: %v", err)
-		}
-		defer f.Close()
-		r.cfg.Capture = f
-	}
-	sb, err := sandbox.New(&r.cfg)
-	if err != nil {
-		return fail("%v", err)
-	}
-	for _, w := range sb.Warnings() {
-		fmt.Fprintf(stderr, "%s: %s\n", r.name, w)
-	}
-	defer func() {
-		if err := sb.Close(); err != nil {
-			fmt.Fprintf(stderr, "%s: close: %v\n", r.name, err)
-		}
-		if r.stats {
-			writeTunStats(stderr, r.name, sb.Stats())
-		}
-	}()
-	if r.metrics != "" {
-		m, err := metrics.Serve(r.metrics, metrics.NewFunc(sb.Metrics()), metrics.NewStack(sb.Stack()))
-		if err != nil {
-			return fail("%v", err)
-		}
-		defer m.Close()
-	}
-	if r.apiSocket != "" {
-		if err := sb.ServeAPI(r.apiSocket); err != nil {
-			return fail("API socket: %v", err)
-		}
-	}
+	defer sv.stop()
 	// The exit descriptor is a contract between processes (a supervisor's
 	// lifetime is the descriptor's), so it lives here and not in package
 	// sandbox: a program embedding the sandbox owns it and calls Close.
@@ -354,24 +329,13 @@ func (r *sandboxRun) run(stdin io.Reader, stdout, stderr io.Writer) int {
 			return fail("ready descriptor %d: %v", r.readyFD, err)
 		}
 	}
-	doConfine := func() bool {
-		if !r.confine {
-			return true
-		}
-		if err := sb.Confine(); err != nil {
-			fmt.Fprintf(stderr, "%s: %v (or turn confinement off: %s)\n", r.name, err, r.confineOff)
-			return false
-		}
-		return true
-	}
 	if len(r.args) == 0 {
-		if !doConfine() {
-			return 1
-		}
-		fmt.Fprintf(stderr, "%s: serving %s on %s (%v, gateway %v, DNS %v)\n", r.name, r.cfg.NetNS, sb.Device(), sb.Config().Addr4, sb.Config().Gateway4, sb.Config().DNS4)
+		fmt.Fprintf(stderr, "%s: serving %s on %s (%v, gateway %v, DNS %v)\n", r.name, r.cfg.NetNS, sv.device(), r.cfg.Addr4, r.cfg.Gateway4, r.cfg.DNS4)
 		select {
 		case <-sigs:
 		case <-exitc:
+		case <-sv.failed():
+			return fail("%v", sv.err())
 		}
 		return 0
 	}
@@ -382,18 +346,11 @@ func (r *sandboxRun) run(stdin io.Reader, stdout, stderr io.Writer) int {
 	started := make(chan struct{})
 	go func() {
 		defer close(done)
-		err = sb.Run(cmd, func(p *os.Process) { proc = p; close(started) })
+		err = sv.runCommand(cmd, func(p *os.Process) { proc = p; close(started) })
 	}()
-	confined := started
+	relayFailed, died := sv.failed(), false
 	for {
 		select {
-		case <-confined:
-			// The command runs: nothing is executed from here on.
-			confined = nil
-			if !doConfine() {
-				proc.Signal(syscall.SIGTERM)
-			}
-			continue
 		case s := <-exitc:
 			exitc = nil // once
 			select {
@@ -411,9 +368,22 @@ func (r *sandboxRun) run(stdin io.Reader, stdout, stderr io.Writer) int {
 			default:
 			}
 			continue
+		case <-relayFailed:
+			// The sandbox has no network any more: stop CMD.
+			relayFailed, died = nil, true
+			fmt.Fprintf(stderr, "%s: %v: stopping %s\n", r.name, sv.err(), r.args[0])
+			select {
+			case <-started:
+				proc.Signal(syscall.SIGTERM)
+			default:
+			}
+			continue
 		case <-done:
 		}
 		break
+	}
+	if died {
+		return 1
 	}
 	var exit *exec.ExitError
 	switch {
@@ -428,6 +398,97 @@ func (r *sandboxRun) run(stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %s: %v\n", r.name, r.args[0], err)
 		return 127
 	}
+}
+
+// server is what serves a run's sandbox: this process (startInProcess)
+// or a confined relay process (startConfined).
+type server interface {
+	// device names the sandbox's device.
+	device() string
+	// runCommand runs cmd in the sandbox's namespace and waits for it.
+	runCommand(cmd *exec.Cmd, started func(*os.Process)) error
+	// failed is closed if serving stopped by itself (the relay ended);
+	// err says why.
+	failed() <-chan struct{}
+	err() error
+	// stop stops serving and writes the relay's counters if asked.
+	stop()
+}
+
+// inProcess serves the sandbox in this process, unconfined.
+type inProcess struct {
+	r      *sandboxRun
+	sb     *sandbox.Sandbox
+	stderr io.Writer
+	undo   []func() // in reverse order at stop
+}
+
+func (r *sandboxRun) startInProcess(stderr io.Writer) (sv server, err error) {
+	p := &inProcess{r: r, stderr: stderr}
+	defer func() {
+		if err != nil {
+			p.stop()
+		}
+	}()
+	stopProfiles, err := startProfiles(r.cpuProfile, r.traceFile)
+	if err != nil {
+		return nil, err
+	}
+	p.undo = append(p.undo, stopProfiles)
+	cfg := r.cfg
+	if r.pcap != "" {
+		f, err := os.Create(r.pcap)
+		if err != nil {
+			return nil, fmt.Errorf("capture: %w", err)
+		}
+		p.undo = append(p.undo, func() { f.Close() })
+		cfg.Capture = f
+	}
+	sb, err := sandbox.New(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.sb = sb
+	for _, w := range sb.Warnings() {
+		fmt.Fprintf(stderr, "%s: %s\n", r.name, w)
+	}
+	if r.metrics != "" {
+		m, err := metrics.Serve(r.metrics, metrics.NewFunc(sb.Metrics()), metrics.NewStack(sb.Stack()))
+		if err != nil {
+			return nil, err
+		}
+		p.undo = append(p.undo, func() { m.Close() })
+	}
+	if r.apiSocket != "" {
+		if err := sb.ServeAPI(r.apiSocket); err != nil {
+			return nil, fmt.Errorf("API socket: %w", err)
+		}
+	}
+	return p, nil
+}
+
+func (p *inProcess) device() string          { return p.sb.Device() }
+func (p *inProcess) failed() <-chan struct{} { return nil }
+func (p *inProcess) err() error              { return nil }
+
+func (p *inProcess) runCommand(cmd *exec.Cmd, started func(*os.Process)) error {
+	return p.sb.Run(cmd, started)
+}
+
+func (p *inProcess) stop() {
+	if p.sb != nil {
+		if err := p.sb.Close(); err != nil {
+			fmt.Fprintf(p.stderr, "%s: close: %v\n", p.r.name, err)
+		}
+		if p.r.stats {
+			writeTunStats(p.stderr, p.r.name, p.sb.Stats())
+		}
+		p.sb = nil
+	}
+	for i := len(p.undo) - 1; i >= 0; i-- {
+		p.undo[i]()
+	}
+	p.undo = nil
 }
 
 // writeTunStats prints the relay's counters, one per line, each starting
