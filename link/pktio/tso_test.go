@@ -1,14 +1,17 @@
 package pktio_test
 
 import (
+	"fmt"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/link/pktio"
+	"github.com/ustack-dev/ustack/link/vnet"
 )
 
 var (
@@ -182,4 +185,162 @@ func BenchmarkReadTSO(b *testing.B) {
 			b.ReportMetric(float64(segs)/b.Elapsed().Seconds(), "pkts/s")
 		})
 	}
+}
+
+// readN reads n packets from ep into buffers larger than the MTU, a few
+// per Read so that super-segments are also handed out across Reads, and
+// fails if there are more or fewer (Read would block).
+func readN(t *testing.T, ep *pktio.Endpoint, perRead, n int) [][]byte {
+	t.Helper()
+	var out [][]byte
+	sizes := make([]int, perRead)
+	for len(out) < n {
+		bufs := make([][]byte, perRead)
+		for i := range bufs {
+			bufs[i] = make([]byte, 2048)
+		}
+		k, err := ep.Read(bufs, sizes, 0)
+		require.NoError(t, err)
+		for i := range k {
+			out = append(out, bufs[i][:sizes[i]])
+		}
+	}
+	require.Len(t, out, n, "packets read")
+	require.Zero(t, ep.Backlog(), "packets left unread")
+	return out
+}
+
+// checkCut checks that pkts are spec cut into segments of want payload
+// bytes each (the last may be shorter): right checksums, contiguous
+// sequence numbers and payload, spec's options on every segment, lengths
+// in the IP header, PSH and FIN on the last segment only.
+func checkCut(t *testing.T, spec tsoSpec, pkts [][]byte, want int) {
+	t.Helper()
+	opts := spec.tcpOptions()
+	l3 := header.IPv4MinimumSize
+	if spec.v6 {
+		l3 = header.IPv6MinimumSize
+	}
+	hlen := l3 + header.TCPMinimumSize + len(opts)
+	require.Len(t, pkts, (len(spec.payload)+want-1)/want, "segments")
+	var got []byte
+	for i, p := range pkts {
+		last := i == len(pkts)-1
+		require.Equal(t, vnet.Verified, vnet.CheckIP(p), "segment %d: checksums", i)
+		if !last {
+			require.Len(t, p, hlen+want, "segment %d", i)
+		}
+		if spec.v6 {
+			require.Equal(t, len(p)-l3, int(header.IPv6(p).PayloadLength()), "segment %d: IPv6 payload length", i)
+		} else {
+			require.Equal(t, len(p), int(header.IPv4(p).TotalLength()), "segment %d: IPv4 total length", i)
+		}
+		tcp := header.TCP(p[l3:])
+		require.Equal(t, spec.seq+uint32(len(got)), tcp.SequenceNumber(), "segment %d: sequence number", i)
+		require.Equal(t, string(opts), string(tcp.Options()), "segment %d: options", i)
+		wantFlags := spec.flags
+		if !last {
+			wantFlags &^= header.TCPFlagPsh | header.TCPFlagFin
+		}
+		require.Equal(t, wantFlags, tcp.Flags(), "segment %d: flags", i)
+		got = append(got, tcp.Payload()...)
+	}
+	require.Equal(t, spec.payload, got, "payload")
+}
+
+// TestReadFillsMTU hands the endpoint super-segments as gVisor's TCP
+// makes them, with the MSS it gives them on the link (its room for
+// options reserved, with or without SACK agreed), and checks that Read
+// cuts them so that every segment but the last is exactly MTU bytes,
+// whatever the options, IPv4 and IPv6.
+func TestReadFillsMTU(t *testing.T) {
+	for _, mtu := range []int{pktio.DefaultMTU, pktio.MinMTU} {
+		for _, v6 := range []bool{false, true} {
+			for _, c := range []struct {
+				name    string
+				ts      bool
+				sackOK  bool // SACK agreed: gVisor reserves room for blocks
+				blocks  int  // SACK blocks this segment carries
+				payload int
+			}{
+				{"ts+sack", true, true, 0, 64000},
+				{"ts+sack-blocks", true, true, 2, 64000},
+				{"ts", true, false, 0, 64000},
+				{"sack", false, true, 0, 64000},
+				{"sack-blocks", false, true, 4, 20000},
+				{"bare", false, false, 0, 64000},
+				{"ts+sack-short-tail", true, true, 0, 5 * 1000},
+			} {
+				name := fmt.Sprintf("mtu%d/v6=%v/%s", mtu, v6, c.name)
+				t.Run(name, func(t *testing.T) {
+					ep, _ := attached(t, &pktio.Options{MTU: uint32(mtu)})
+					spec := tsoSpec{
+						v6: v6, ts: c.ts, sack: c.blocks,
+						mss:     gvisorMSS(mtu, v6, c.ts, c.sackOK),
+						payload: pattern(c.payload), seq: 0xfffff000, // wraps
+						flags: header.TCPFlagAck | header.TCPFlagPsh | header.TCPFlagFin,
+					}
+					pkt := spec.build()
+					n, err := ep.WritePackets(listOf(pkt))
+					pkt.DecRef()
+					require.Nil(t, err)
+					require.Equal(t, 1, n)
+					hlen := ipHeaderLen(v6) + header.TCPMinimumSize + len(spec.tcpOptions())
+					want := mtu - hlen
+					pkts := readN(t, ep, 7, (c.payload+want-1)/want)
+					checkCut(t, spec, pkts, want)
+					for i, p := range pkts[:len(pkts)-1] {
+						require.Len(t, p, mtu, "segment %d of %d", i, len(pkts))
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestReadKeepsSmallerMSS checks that segments bounded below the MTU (a
+// peer's small MSS, a lowered path MTU) are cut at gVisor's MSS, and that
+// an MSS above what the MTU allows (the link's MTU lowered under a
+// connection) is cut to the MTU.
+func TestReadKeepsSmallerMSS(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		for _, c := range []struct {
+			name string
+			mss  int
+			want func(hlen int) int
+		}{
+			{"peer-mss-536", 536 - 40, func(int) int { return 536 - 40 }},
+			{"path-mtu-1400", gvisorMSS(1400, v6, true, true), func(int) int { return gvisorMSS(1400, v6, true, true) }},
+			{"mtu-lowered", gvisorMSS(9000, v6, true, true), func(hlen int) int { return pktio.DefaultMTU - hlen }},
+		} {
+			t.Run(fmt.Sprintf("v6=%v/%s", v6, c.name), func(t *testing.T) {
+				ep, _ := attached(t, nil)
+				spec := tsoSpec{v6: v6, ts: true, mss: c.mss, payload: pattern(30000), flags: header.TCPFlagAck}
+				pkt := spec.build()
+				n, err := ep.WritePackets(listOf(pkt))
+				pkt.DecRef()
+				require.Nil(t, err)
+				require.Equal(t, 1, n)
+				hlen := ipHeaderLen(v6) + header.TCPMinimumSize + len(spec.tcpOptions())
+				want := c.want(hlen)
+				pkts := readN(t, ep, 64, (len(spec.payload)+want-1)/want)
+				checkCut(t, spec, pkts, want)
+			})
+		}
+	}
+}
+
+func ipHeaderLen(v6 bool) int {
+	if v6 {
+		return header.IPv6MinimumSize
+	}
+	return header.IPv4MinimumSize
+}
+
+func listOf(pkts ...*stack.PacketBuffer) stack.PacketBufferList {
+	var l stack.PacketBufferList
+	for _, p := range pkts {
+		l.PushBack(p)
+	}
+	return l
 }
