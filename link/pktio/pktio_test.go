@@ -154,16 +154,9 @@ func TestBackpressure(t *testing.T) {
 		_, err := xfer.Exchange(c, s, size, xfer.Timeout(size))
 		done <- err
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for a.ep.Backlog() < queue && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	// Let the refusals accumulate: TCP keeps the qdisc trying.
-	for a.ep.LinkStats().TXFull == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	require.Equal(t, queue, a.ep.Backlog(), "the queue towards the consumer never filled")
-	require.NotZero(t, a.ep.LinkStats().TXFull)
+	// Then TCP keeps the qdisc trying, and the link refuses.
+	require.Eventually(t, func() bool { return a.ep.Backlog() == queue && a.ep.LinkStats().TXFull > 0 },
+		30*time.Second, time.Millisecond, "the queue towards the consumer never filled")
 	close(resume)
 	require.NoError(t, <-done)
 	w.stop(t, a.ep, b.ep)
@@ -186,9 +179,13 @@ func TestCloseWakesReader(t *testing.T) {
 		_, err := ep.Read(bufs, make([]int, 1), 0)
 		errc <- err
 	}()
-	time.Sleep(10 * time.Millisecond) // let it block; the test holds either way
+	require.Eventually(t, func() bool { return pktio.BlockedReads(ep) == 1 }, 10*time.Second, time.Millisecond, "Read never blocked")
 	ep.Close()
-	err = <-errc
+	select {
+	case err = <-errc:
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "Close did not wake the blocked Read")
+	}
 	require.ErrorIs(t, err, os.ErrClosed)
 	require.ErrorIs(t, err, pktio.ErrClosed)
 	_, err = ep.Write([][]byte{make([]byte, 40)}, 0)
