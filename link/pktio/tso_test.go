@@ -248,6 +248,23 @@ func checkCut(t *testing.T, spec tsoSpec, pkts [][]byte, want int) {
 	require.Equal(t, spec.payload, got, "payload")
 }
 
+// writeAndCut hands ep the super-segment spec, reads what Read makes of
+// it, perRead packets at a time, checks that it is spec cut into
+// segments of want(hlen) payload bytes (hlen: a segment's IP and TCP
+// headers), and returns the segments.
+func writeAndCut(t *testing.T, ep *pktio.Endpoint, spec tsoSpec, perRead int, want func(hlen int) int) [][]byte {
+	t.Helper()
+	pkt := spec.build()
+	n, err := ep.WritePackets(listOf(pkt))
+	pkt.DecRef()
+	require.Nil(t, err)
+	require.Equal(t, 1, n)
+	size := want(ipHeaderLen(spec.v6) + header.TCPMinimumSize + len(spec.tcpOptions()))
+	pkts := readN(t, ep, perRead, (len(spec.payload)+size-1)/size)
+	checkCut(t, spec, pkts, size)
+	return pkts
+}
+
 // TestReadFillsMTU hands the endpoint super-segments as gVisor's TCP
 // makes them, with the MSS it gives them on the link (its room for
 // options reserved, with or without SACK agreed), and checks that Read
@@ -280,15 +297,7 @@ func TestReadFillsMTU(t *testing.T) {
 						payload: pattern(c.payload), seq: 0xfffff000, // wraps
 						flags: header.TCPFlagAck | header.TCPFlagPsh | header.TCPFlagFin,
 					}
-					pkt := spec.build()
-					n, err := ep.WritePackets(listOf(pkt))
-					pkt.DecRef()
-					require.Nil(t, err)
-					require.Equal(t, 1, n)
-					hlen := ipHeaderLen(v6) + header.TCPMinimumSize + len(spec.tcpOptions())
-					want := mtu - hlen
-					pkts := readN(t, ep, 7, (c.payload+want-1)/want)
-					checkCut(t, spec, pkts, want)
+					pkts := writeAndCut(t, ep, spec, 7, func(hlen int) int { return mtu - hlen })
 					for i, p := range pkts[:len(pkts)-1] {
 						require.Len(t, p, mtu, "segment %d of %d", i, len(pkts))
 					}
@@ -316,15 +325,7 @@ func TestReadKeepsSmallerMSS(t *testing.T) {
 			t.Run(fmt.Sprintf("v6=%v/%s", v6, c.name), func(t *testing.T) {
 				ep, _ := attached(t, nil)
 				spec := tsoSpec{v6: v6, ts: true, mss: c.mss, payload: pattern(30000), flags: header.TCPFlagAck}
-				pkt := spec.build()
-				n, err := ep.WritePackets(listOf(pkt))
-				pkt.DecRef()
-				require.Nil(t, err)
-				require.Equal(t, 1, n)
-				hlen := ipHeaderLen(v6) + header.TCPMinimumSize + len(spec.tcpOptions())
-				want := c.want(hlen)
-				pkts := readN(t, ep, 64, (len(spec.payload)+want-1)/want)
-				checkCut(t, spec, pkts, want)
+				writeAndCut(t, ep, spec, 64, c.want)
 			})
 		}
 	}
