@@ -5,10 +5,12 @@
 //
 // Underneath is a ustack stack on a link/pktio endpoint: the device's
 // Write coalesces TCP segments with GRO before the stack sees them, its
-// Read cuts the stack's TSO super-segments to the MTU, both move batches
-// of up to BatchSize packets per call (wireguard-go's tun/netstack moves
-// one), and a qdisc of package sched turns a device that is not read fast
-// enough into backpressure on the senders instead of drops.
+// Read cuts the stack's TSO super-segments into packets that fill the
+// MTU, both move batches of packets per call (wireguard-go's
+// tun/netstack moves one; a Read moves at most ReadLimit, so that the
+// kernel sends wireguard-go's UDP GSO datagrams whole), and a qdisc of
+// package sched turns a device that is not read fast enough into
+// backpressure on the senders instead of drops.
 //
 // The conns are the stack's own (TCPConn is stack.TCPConn, PingConn the
 // stack's ICMP echo socket), so their errors are translated once, by

@@ -21,10 +21,9 @@ import (
 const (
 	// DefaultBatchSize is the device's BatchSize: 128, wireguard-go's
 	// conn.IdealBatchSize, the most packets its device moves per call to
-	// the bind and so the most it hands a TUN per Write. Each Read then
-	// returns up to that many packets, enough for two TSO super-segments
-	// cut at a 1420-byte MTU, rather than one packet per call as
-	// wireguard-go's tun/netstack does.
+	// the bind and so the most it hands a TUN per Write. A Read returns
+	// up to that many packets, or ReadLimit(mtu) if that is fewer, rather
+	// than one packet per call as wireguard-go's tun/netstack does.
 	DefaultBatchSize = 128
 	// DefaultQdisc is the queueing discipline between the stack and the
 	// device: llist, ours, so that a device read too slowly makes the
@@ -160,10 +159,43 @@ func CreateNetTUNWithOptions(localAddresses, dnsServers []netip.Addr, mtu int, o
 		s.Close()
 		return nil, nil, err
 	}
-	d := &device{ep: ep, s: s, mtu: mtu, batch: o.BatchSize, events: make(chan tun.Event, 1)}
+	d := &device{ep: ep, s: s, mtu: mtu, batch: o.BatchSize, readMax: ReadLimit(mtu), events: make(chan tun.Event, 1)}
 	d.events <- tun.EventUp
 	return d, n, nil
 }
+
+// wireguard-go sends the packets one Read returned for a peer in one
+// call to its bind, which on Linux makes UDP GSO datagrams of runs of
+// equal-sized transport messages (conn.StdNetBind's coalesceMessages),
+// as long as a run's payload stays within 65507 bytes (IPv4) or 65527
+// (IPv6). The kernel segments in software, one datagram at a time as
+// without GSO, every GSO packet whose length with its link header
+// reaches the device's gso_max_size, 64 KiB by default
+// (GSO_LEGACY_MAX_SIZE; netif_skb_features). wireguard-go's bound
+// leaves out the link header, so a run of 65494 to 65507 bytes (65474 to
+// 65527 over IPv6) is split: 46 messages of 1424 bytes, for example,
+// 1392-byte packets (gVisor's segments at a 1420-byte MTU before package
+// pktio filled the MTU, or any such datagrams), are 65504 bytes and go
+// out as 46 sends. Bounding a Read bounds the runs.
+const (
+	// wgMessageOverhead is what a WireGuard transport message adds to
+	// its packet: 16 bytes of header (device.MessageTransportHeaderSize)
+	// and the 16-byte Poly1305 tag. Its padding rounds the packet up to
+	// 16 bytes, never past the MTU, so a message is at most MTU+32.
+	wgMessageOverhead = 16 + 16
+	// udpGSOMaxPayload is the most UDP payload one GSO send may carry for
+	// the kernel to hand it to the device whole: under 64 KiB with an
+	// Ethernet header (14), IPv6's (40) and UDP's (8).
+	udpGSOMaxPayload = 1<<16 - 1 - 14 - 40 - 8
+)
+
+// ReadLimit is the most packets the device's Read hands wireguard-go
+// on a tunnel of the given MTU: as many of the largest messages (MTU+32
+// bytes) as one UDP GSO datagram the kernel sends whole can carry, 45 at
+// the default MTU of 1420, so that whatever sizes the stack sends,
+// wireguard-go's UDP GSO sends are never split by the kernel. Package
+// pktio hands out no packet larger than the MTU.
+func ReadLimit(mtu int) int { return max(udpGSOMaxPayload/(mtu+wgMessageOverhead), 1) }
 
 // addAddresses gives the NIC each address as a host address and routes
 // everything of each IP version present through it, as wireguard-go's
@@ -210,11 +242,12 @@ func (n *Net) Endpoint() *pktio.Endpoint { return n.ep }
 // device is the tun.Device side: wireguard-go reads what the stack sends
 // and writes what the stack is to receive.
 type device struct {
-	ep     *pktio.Endpoint
-	s      *stack.Stack
-	mtu    int
-	batch  int
-	events chan tun.Event
+	ep      *pktio.Endpoint
+	s       *stack.Stack
+	mtu     int
+	batch   int
+	readMax int // ReadLimit(mtu)
+	events  chan tun.Event
 
 	closeOnce sync.Once
 }
@@ -225,9 +258,10 @@ var _ tun.Device = (*device)(nil)
 func (*device) File() *os.File { return nil }
 
 // Read implements tun.Device (pktio.Endpoint.Read): it blocks until the
-// stack has sent something, and returns os.ErrClosed (wrapped) after Close.
+// stack has sent something, and returns os.ErrClosed (wrapped) after
+// Close. It fills at most ReadLimit(MTU) of bufs.
 func (d *device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
-	return d.ep.Read(bufs, sizes, offset)
+	return d.ep.Read(bufs[:min(len(bufs), d.readMax)], sizes, offset)
 }
 
 // Write implements tun.Device (pktio.Endpoint.Write).

@@ -7,11 +7,14 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"golang.zx2c4.com/wireguard/device"
+	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/ustack-dev/ustack/internal/xfer"
 	"github.com/ustack-dev/ustack/link/pktio"
@@ -96,4 +99,60 @@ func TestTransferUstackToNetstack(t *testing.T) {
 		_, err = xfer.Exchange(c, s, transferSize, xfer.Timeout(transferSize))
 		require.NoError(t, err)
 	})
+}
+
+// TestReadLimit checks the bound on each Read: at every MTU, ReadLimit
+// of the largest transport messages wireguard-go makes fit in one UDP
+// GSO datagram the kernel sends whole (with IPv6, UDP and Ethernet
+// headers, under 64 KiB), and one more would not.
+func TestReadLimit(t *testing.T) {
+	const overhead = device.MessageTransportHeaderSize + 16 // header and Poly1305 tag
+	const headers = 14 + 40 + 8
+	for mtu := pktio.MinMTU; mtu <= pktio.MaxMTU; mtu++ {
+		n := wgnet.ReadLimit(mtu)
+		msg := mtu + overhead
+		require.GreaterOrEqual(t, n, 1)
+		require.GreaterOrEqual(t, (n+1)*msg+headers, 1<<16, "MTU %d: the limit could be higher", mtu)
+		if n > 1 { // one message alone is no GSO send
+			require.Less(t, n*msg+headers, 1<<16, "MTU %d", mtu)
+		}
+	}
+	require.Equal(t, 45, wgnet.ReadLimit(testMTU))
+}
+
+// readCounter is a tun.Device that keeps the most packets one Read
+// returned and the largest packet.
+type readCounter struct {
+	tun.Device
+	most, largest atomic.Int64
+}
+
+func (r *readCounter) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	n, err := r.Device.Read(bufs, sizes, offset)
+	for _, s := range sizes[:n] {
+		if int64(s) > r.largest.Load() {
+			r.largest.Store(int64(s))
+		}
+	}
+	if int64(n) > r.most.Load() {
+		r.most.Store(int64(n))
+	}
+	return n, err
+}
+
+// TestDeviceReads runs a bulk transfer through a tunnel and checks what
+// wireguard-go got from each Read: TCP segments that fill the MTU, and
+// never more than ReadLimit of them, although wireguard-go offers more
+// buffers (its batch is 128).
+func TestDeviceReads(t *testing.T) {
+	a, _ := ustackSide(t, addrA, nil)
+	b, _ := ustackSide(t, addrB, nil)
+	ra := &readCounter{Device: a.tun}
+	a.tun = ra
+	join(t, a, b)
+	c, s := connect(t, a, b, 5003)
+	_, err := xfer.Exchange(c, s, transferSize, xfer.Timeout(transferSize))
+	require.NoError(t, err)
+	require.Equal(t, int64(testMTU), ra.largest.Load(), "the largest packet should fill the MTU")
+	require.Equal(t, int64(wgnet.ReadLimit(testMTU)), ra.most.Load(), "the most packets one Read returned")
 }

@@ -50,7 +50,9 @@ type Endpoint struct {
 	// readMu lets one Read run at a time; it guards the fields below it.
 	readMu   sync.Mutex
 	taken    []*stack.PacketBuffer // scratch: what one Read took from tx
+	cuts     []cut                 // scratch: how each packet of taken goes out
 	carry    *stack.PacketBuffer   // a super-segment Read has cut only in part
+	carryCut cut                   // how carry is cut
 	carrySeg int                   // the next segment of carry to hand out
 
 	rx rxQueue // Write fills when delivery is busy, receive rounds drain
@@ -83,6 +85,7 @@ func New(opts *Options) (*Endpoint, error) {
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 		taken: make([]*stack.PacketBuffer, o.QueueLen),
+		cuts:  make([]cut, o.QueueLen),
 		batch: make([]*stack.PacketBuffer, o.BatchSize),
 		kick:  make(chan struct{}, 1),
 	}

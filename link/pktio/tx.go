@@ -126,13 +126,18 @@ func (e *Endpoint) Backlog() int {
 // hand out or the endpoint is closed (ErrClosed). len(sizes) must be at
 // least len(bufs). This is tun.Device.Read of wireguard-go.
 //
-// A TCP super-segment is cut into segments of at most the MTU, each with
-// its IP and TCP headers and checksums complete, one buffer each; if bufs
-// run out in the middle of one, the next Read goes on where this one
-// stopped. With Options.VNetHeader every buffer starts with a virtio-net
-// header at offset, followed by the packet at offset+vnet.HeaderSize, and
-// a super-segment goes whole if the buffer holds it (its TCP checksum
-// then partial, for the consumer to complete, as the header says).
+// A TCP super-segment is cut into segments that fill the MTU, each with
+// its IP and TCP headers and checksums complete, one buffer each: every
+// segment but the last is exactly MTU bytes, whatever TCP options it
+// carries, unless the connection's segments are bounded below the MTU
+// (the peer's MSS, the path's MTU: see segmentPayload), when they carry
+// the payload gVisor asked for. No packet Read hands out is larger than
+// the MTU. If bufs run out in the middle of a super-segment, the next
+// Read goes on where this one stopped. With Options.VNetHeader every
+// buffer starts with a virtio-net header at offset, followed by the
+// packet at offset+vnet.HeaderSize, and a super-segment goes whole if
+// the buffer holds it (its TCP checksum then partial, for the consumer
+// to complete, as the header says).
 //
 // A packet larger than its buffer is dropped and counted (TXErrors,
 // Counters.ReadTooBig). The buffers are the caller's; nothing keeps them
@@ -173,7 +178,7 @@ func (e *Endpoint) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 // emitCarry hands out what is left of a super-segment a previous Read
 // cut only in part. Called with readMu held.
 func (e *Endpoint) emitCarry(bufs [][]byte, sizes []int, offset int) int {
-	n, next, done := e.emit(e.carry, e.carrySeg, bufs, sizes, offset)
+	n, next, done := e.emitSegments(e.carry, &e.carryCut, e.carrySeg, bufs, sizes, offset)
 	if done {
 		e.carry.DecRef()
 		e.carry, e.carrySeg = nil, 0
@@ -188,11 +193,16 @@ func (e *Endpoint) emitCarry(bufs [][]byte, sizes []int, offset int) int {
 // readMu held and no carry.
 func (e *Endpoint) readQueued(bufs [][]byte, sizes []int, offset int) int {
 	capacity := len(bufs[0]) - offset
+	mtu := int(e.mtu.Load())
 	q := &e.tx
 	q.mu.Lock()
 	k, room := 0, len(bufs)
 	for p := q.pkts.Peek(); p != nil && room > 0; p = q.pkts.Peek() {
-		need := e.outputs(p, capacity)
+		need := 1
+		if !e.whole(p, capacity) {
+			e.cuts[k] = cutFor(p, mtu)
+			need = e.cuts[k].n
+		}
 		if need > room && k > 0 {
 			break // the next Read takes it whole
 		}
@@ -214,14 +224,19 @@ func (e *Endpoint) readQueued(bufs [][]byte, sizes []int, offset int) int {
 	for i := 0; i < k; i++ {
 		p := e.taken[i]
 		e.taken[i] = nil
-		n, next, done := e.emit(p, 0, bufs[out:], sizes[out:], offset)
+		if e.whole(p, capacity) {
+			out += e.emitWhole(p, bufs[out][offset:], &sizes[out])
+			p.DecRef()
+			continue
+		}
+		n, next, done := e.emitSegments(p, &e.cuts[i], 0, bufs[out:], sizes[out:], offset)
 		out += n
 		if done {
 			p.DecRef()
 		} else {
 			// Only the last packet taken can be cut short: the others
 			// were taken because they fit.
-			e.carry, e.carrySeg = p, next
+			e.carry, e.carryCut, e.carrySeg = p, e.cuts[i], next
 		}
 	}
 	return out
@@ -244,61 +259,169 @@ func (e *Endpoint) whole(pkt *stack.PacketBuffer, capacity int) bool {
 	return e.opts.VNetHeader && vnet.HeaderSize+pkt.Size() <= capacity
 }
 
-// tsoHeaderLen is the length of a TSO segment's IP and TCP headers.
-func tsoHeaderLen(pkt *stack.PacketBuffer) int {
-	l4 := pkt.TransportHeader().Slice()
+// cut is how Read cuts a TSO super-segment. It is decided once, when
+// Read takes the packet, so that a super-segment handed out over several
+// Reads is cut one way.
+type cut struct {
+	l3   int // the IP header's length
+	hlen int // the IP and TCP headers' length
+	size int // the payload of every segment but the last
+	n    int // how many segments, and buffers, it makes
+}
+
+// cutFor decides how the TSO super-segment pkt is cut on a link of mtu
+// bytes.
+func cutFor(pkt *stack.PacketBuffer, mtu int) cut {
+	l3 := int(pkt.GSOOptions.L3HdrLen)
+	tcp := pkt.TransportHeader().Slice()
 	tcpLen := header.TCPMinimumSize
-	if len(l4) >= header.TCPMinimumSize {
-		tcpLen = int(header.TCP(l4).DataOffset())
+	if len(tcp) >= header.TCPMinimumSize {
+		tcpLen = min(max(int(header.TCP(tcp).DataOffset()), header.TCPMinimumSize), len(tcp))
 	}
-	return int(pkt.GSOOptions.L3HdrLen) + tcpLen
+	hlen := l3 + tcpLen
+	var opts []byte
+	if len(tcp) >= tcpLen {
+		opts = tcp[header.TCPMinimumSize:tcpLen]
+	}
+	size := segmentPayload(int(pkt.GSOOptions.MSS), mtu, l3, hlen, opts)
+	payload := pkt.Size() - hlen
+	return cut{l3: l3, hlen: hlen, size: size, n: max((payload+size-1)/size, 1)}
 }
 
-// outputs is how many buffers of capacity bytes pkt takes.
-func (e *Endpoint) outputs(pkt *stack.PacketBuffer, capacity int) int {
-	if e.whole(pkt, capacity) {
-		return 1
+// The option room gVisor's TCP reserves in every segment it sends, and
+// takes off the MSS it hands a GSO link, whatever options the segment
+// carries (RFC 6691; tcp.Endpoint.maxOptionSize, which encodes the
+// options with the most SACK blocks): a timestamp with its two NOPs, 12
+// bytes; and, where SACK was agreed, two NOPs, the SACK option's 2 bytes
+// and as many 8-byte blocks as then fit in TCP's 40 bytes of options:
+// three after a timestamp (28 bytes), four without (36).
+const (
+	tsRoom     = 2 + header.TCPOptionTSLength
+	sackRoomTS = 2 + 2 + 3*8
+	sackRoom   = 2 + 2 + 4*8
+)
+
+// segmentPayload returns how many payload bytes each segment of a TSO
+// super-segment carries, but the last, on a link of mtu bytes: as many
+// as fill the MTU next to the segment's headers (hlen bytes, l3 of them
+// IP, with the TCP options opts), when gVisor's mss shows that the MTU
+// is what bounds the connection's segments; mss otherwise, and never
+// more than the MTU allows.
+//
+// gVisor's mss is the smaller of what the route's MTU allows and the
+// peer's MSS, less the option room it reserves for timestamps and SACK
+// blocks, which most segments do not carry (a bulk sender's carry a
+// timestamp alone): cut at mss, a 1420-byte link carries 1392-byte
+// packets. Which room it reserved is not in the packet: the timestamp
+// is, but whether SACK was agreed shows only in a segment that carries
+// SACK blocks. So mss is compared with what the MTU allows less each
+// room the segment's options leave possible; a match means the MTU
+// bounds the segments, and the room the segment does not use is filled.
+// No match means something smaller bounds them (the peer's MSS, a path
+// MTU learnt from ICMP, TCP_MAXSEG), and they are cut at mss, as gVisor
+// asked.
+//
+// One case is ambiguous: on a connection with timestamps but without
+// SACK (the peer refused it), a bound exactly 28 bytes below the MTU's
+// (36 without timestamps either) gives the mss the MTU gives with SACK,
+// and segments are cut 28 (36) bytes larger than that bound. Peers that
+// take timestamps but refuse SACK are rare (Linux, Windows, macOS and
+// gVisor offer both); a peer's MSS is a limit it seldom enforces; a
+// path MTU that exact would make the connection's full-sized segments
+// go on being refused.
+func segmentPayload(mss, mtu, l3, hlen int, opts []byte) int {
+	mss = max(mss, 1)
+	full := mtu - hlen
+	switch {
+	case full <= 0:
+		return mss
+	case full <= mss:
+		return full // never larger than the MTU
 	}
-	payload := pkt.Size() - tsoHeaderLen(pkt)
-	mss := max(int(pkt.GSOOptions.MSS), 1)
-	return max((payload+mss-1)/mss, 1)
+	ts, blocks := scanTCPOptions(opts)
+	rooms := [2]int{0, sackRoom}
+	switch {
+	case ts && blocks > 0:
+		rooms = [2]int{tsRoom + sackRoomTS, tsRoom + sackRoomTS}
+	case ts:
+		rooms = [2]int{tsRoom, tsRoom + sackRoomTS}
+	case blocks > 0:
+		rooms = [2]int{sackRoom, sackRoom}
+	}
+	bound := mtu - l3 - header.TCPMinimumSize // gVisor's mss before the room, if the MTU bounds it
+	for _, room := range rooms {
+		if mss == bound-room {
+			return full
+		}
+	}
+	return mss
 }
 
-// emit hands pkt out into bufs from segment seg on, and returns how many
-// buffers it filled, the next segment, and whether pkt is done with.
-func (e *Endpoint) emit(pkt *stack.PacketBuffer, seg int, bufs [][]byte, sizes []int, offset int) (int, int, bool) {
+// scanTCPOptions reports whether the TCP options opts carry a timestamp,
+// and how many SACK blocks. It stops at anything malformed.
+func scanTCPOptions(opts []byte) (ts bool, sackBlocks int) {
+	for i := 0; i < len(opts); {
+		switch opts[i] {
+		case header.TCPOptionEOL:
+			return ts, sackBlocks
+		case header.TCPOptionNOP:
+			i++
+			continue
+		}
+		if i+1 >= len(opts) || opts[i+1] < 2 {
+			return ts, sackBlocks
+		}
+		l := int(opts[i+1])
+		switch opts[i] {
+		case header.TCPOptionTS:
+			ts = true
+		case header.TCPOptionSACK:
+			sackBlocks = (l - 2) / 8
+		}
+		i += l
+	}
+	return ts, sackBlocks
+}
+
+// emitWhole copies pkt into dst, behind a virtio-net header with
+// VNetHeader, puts the length in *size and returns 1; or, if dst is too
+// small, counts the drop and returns 0.
+func (e *Endpoint) emitWhole(pkt *stack.PacketBuffer, dst []byte, size *int) int {
 	hdr := 0
 	if e.opts.VNetHeader {
 		hdr = vnet.HeaderSize
 	}
-	if e.whole(pkt, len(bufs[0])-offset) {
-		dst := bufs[0][offset:]
-		size := pkt.Size()
-		if hdr+size > len(dst) {
-			e.txTooBig.Add(1)
-			return 0, 0, true
-		}
-		if hdr > 0 {
-			vnet.ForTX(pkt, 0).Encode(dst)
-		}
-		copyOut(dst[hdr:hdr+size], pkt, 0)
-		sizes[0] = hdr + size
-		return 1, 0, true
+	n := pkt.Size()
+	if hdr+n > len(dst) {
+		e.txTooBig.Add(1)
+		return 0
 	}
-	hlen := tsoHeaderLen(pkt)
-	l3 := int(pkt.GSOOptions.L3HdrLen)
-	payload := pkt.Size() - hlen
-	mss := max(int(pkt.GSOOptions.MSS), 1)
-	nseg := max((payload+mss-1)/mss, 1)
+	if hdr > 0 {
+		vnet.ForTX(pkt, 0).Encode(dst)
+	}
+	copyOut(dst[hdr:hdr+n], pkt, 0)
+	*size = hdr + n
+	return 1
+}
+
+// emitSegments hands the TSO super-segment pkt, cut as c says, out into
+// bufs from segment seg on, and returns how many buffers it filled, the
+// next segment, and whether pkt is done with.
+func (e *Endpoint) emitSegments(pkt *stack.PacketBuffer, c *cut, seg int, bufs [][]byte, sizes []int, offset int) (int, int, bool) {
+	hdr := 0
+	if e.opts.VNetHeader {
+		hdr = vnet.HeaderSize
+	}
+	payload := pkt.Size() - c.hlen
 	if seg == 0 {
 		e.readSplit.Add(1)
 	}
 	n := 0
-	for ; seg < nseg && n < len(bufs); seg++ {
+	for ; seg < c.n && n < len(bufs); seg++ {
 		dst := bufs[n][offset:]
-		start := seg * mss
-		l := min(mss, payload-start)
-		if hdr+hlen+l > len(dst) {
+		start := seg * c.size
+		l := min(c.size, payload-start)
+		if hdr+c.hlen+l > len(dst) {
 			e.txTooBig.Add(1)
 			return n, 0, true
 		}
@@ -306,14 +429,14 @@ func (e *Endpoint) emit(pkt *stack.PacketBuffer, seg int, bufs [][]byte, sizes [
 			vnet.Header{}.Encode(dst)
 			dst = dst[hdr:]
 		}
-		dst = dst[:hlen+l]
-		copyOut(dst[:hlen], pkt, 0)
-		copyOut(dst[hlen:], pkt, hlen+start)
-		finishSegment(dst, l3, seg, start, seg == nseg-1)
-		sizes[n] = hdr + hlen + l
+		dst = dst[:c.hlen+l]
+		copyOut(dst[:c.hlen], pkt, 0)
+		copyOut(dst[c.hlen:], pkt, c.hlen+start)
+		finishSegment(dst, c.l3, seg, start, seg == c.n-1)
+		sizes[n] = hdr + c.hlen + l
 		n++
 	}
-	return n, seg, seg == nseg
+	return n, seg, seg == c.n
 }
 
 // finishSegment makes b, the headers of a TSO super-segment followed by
