@@ -342,11 +342,14 @@ func TestRootlessSupervisor(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "1", string(ready), "-ready-fd writes 1 and closes")
 
-	// Once CMD runs, ustack confines itself (-seccomp, the default).
-	require.Eventually(t, func() bool {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.Process.Pid))
-		return strings.Contains(string(b), "Seccomp:\t2") && strings.Contains(string(b), "NoNewPrivs:\t1")
-	}, 20*time.Second, 50*time.Millisecond, "ustack tun is not under its seccomp filter")
+	// ustack serves the sandbox from a confined relay process
+	// (-seccomp, the default), which is ready by now.
+	relay := relayOf(t, c.Process.Pid)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", relay))
+	require.NoError(t, err)
+	require.Contains(t, string(b), "Seccomp:\t2", "the relay is not under its seccomp filter")
+	require.Contains(t, string(b), "NoNewPrivs:\t1")
+	requireEmptyRoot(t, relay)
 
 	// As rootlesskit's slirp4netns port driver calls the API: one
 	// connection per request, the request JSON-encoded, the write side
@@ -467,11 +470,11 @@ func requireEcho(t *testing.T, addr string) {
 }
 
 // TestSandboxTunConfinedAsRoot runs `ustack tun` as root, as CI builds it
-// (cgo linked), and checks that once its command runs, every thread of
-// ustack is under the seccomp filter and holds no capability but
-// CAP_NET_BIND_SERVICE, in every set, the bounding set included; and
-// that a ping relayed through the raw socket opened before the drop
-// still flows without CAP_NET_RAW.
+// (cgo linked), and checks that its relay process runs as nobody with an
+// empty root, and every thread of it is under the seccomp filter and
+// holds no capability but CAP_NET_BIND_SERVICE, in every set, the
+// bounding set included; and that a ping relayed through the raw socket
+// opened before the drop still flows without CAP_NET_RAW.
 func TestSandboxTunConfinedAsRoot(t *testing.T) {
 	needPrivilege(t, "ustack tun as root", nsProbe())
 	needTool(t, "ping", "iputils-ping")
@@ -495,11 +498,18 @@ func TestSandboxTunConfinedAsRoot(t *testing.T) {
 			c.Wait()
 		}
 	}()
-	pid := c.Process.Pid
+	// The relay process serves the sandbox; it is confined before it
+	// reports ready, which ustack tun waits for before it runs CMD.
+	pid := relayOf(t, c.Process.Pid)
+	var b []byte
 	require.Eventually(t, func() bool {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		b, _ = os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		return strings.Contains(string(b), "Seccomp:\t2")
-	}, 20*time.Second, 50*time.Millisecond, "ustack tun is not under its seccomp filter")
+	}, 20*time.Second, 20*time.Millisecond, "the relay is not under its seccomp filter")
+	for _, want := range []string{"Seccomp:\t2", "Uid:\t65534\t65534\t65534\t65534", "Gid:\t65534\t65534\t65534\t65534", "Groups:\t \n"} {
+		require.Contains(t, string(b), want, "the relay, as root, runs as nobody under its filter")
+	}
+	requireEmptyRoot(t, pid)
 
 	const kept = uint64(1) << 10 // CAP_NET_BIND_SERVICE
 	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
@@ -530,7 +540,7 @@ func TestSandboxTunConfinedAsRoot(t *testing.T) {
 		}
 		require.Equal(t, 5, sets, "%s: capability sets", task)
 	}
-	t.Logf("%d threads of ustack tun, each at most %016x", len(tasks), kept)
+	t.Logf("%d threads of ustack tun's relay, each at most %016x", len(tasks), kept)
 
 	stdin.Write([]byte("go\n"))
 	stdin.Close()
@@ -539,4 +549,46 @@ func TestSandboxTunConfinedAsRoot(t *testing.T) {
 	require.NoError(t, err, "%s", out.String())
 	require.Contains(t, out.String(), "2 received")
 	require.Contains(t, out.String(), "pings up 2 down 2")
+}
+
+// relayOf finds the relay process of the ustack command pid: its child
+// that ps shows as "... relay", waiting for it to start.
+func relayOf(t *testing.T, pid int) int {
+	t.Helper()
+	var relay int
+	require.Eventually(t, func() bool {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			p, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+			if err != nil {
+				continue
+			}
+			i := bytes.LastIndexByte(stat, ')')
+			f := strings.Fields(string(stat[i+1:]))
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+			if len(f) > 1 && f[1] == strconv.Itoa(pid) && strings.HasSuffix(string(bytes.TrimRight(cmdline, "\x00")), " relay") {
+				relay = p
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 20*time.Millisecond, "no relay process under %d", pid)
+	return relay
+}
+
+// requireEmptyRoot checks, from outside, what the confined relay pid
+// sees as its filesystem: an empty root with a /proc of its own.
+func requireEmptyRoot(t *testing.T, pid int) {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/root/", pid))
+	require.NoError(t, err)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	require.Equal(t, []string{"proc"}, names, "the relay's root holds only its own /proc")
 }

@@ -46,6 +46,11 @@ func OpenNamespace(c *Config) (*Namespace, error) {
 		cfg = *c
 	}
 	cfg, err := cfg.normalize()
+	if err == nil {
+		// Checked here too, as the user who started it: a relay in a
+		// user namespace of its own is root there, not on the host.
+		err = checkForwardPrivilege(cfg.PortForwards)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -63,6 +63,7 @@ type relaySpec struct {
 // confined is a relay process serving the sandbox for this one.
 type confined struct {
 	name   string
+	api    string // the API socket's path, which the isolated relay cannot remove
 	ns     *sandbox.Namespace
 	dev    string
 	cmd    *exec.Cmd
@@ -171,7 +172,7 @@ func (r *sandboxRun) startRelay(ns *sandbox.Namespace, dev sandbox.Device, stder
 		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
 		cmd.SysProcAttr.GidMappingsEnableSetgroups = false
 	}
-	c := &confined{name: r.name, ns: ns, dev: dev.Name, cmd: cmd, life: lifeW, exited: make(chan struct{})}
+	c := &confined{name: r.name, api: r.apiSocket, ns: ns, dev: dev.Name, cmd: cmd, life: lifeW, exited: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
 		// The relay dies with the thread that started it (Pdeathsig),
@@ -240,6 +241,13 @@ func (c *confined) stop() {
 		case <-t.C:
 			c.cmd.Process.Kill()
 			<-c.exited
+		}
+		if c.api != "" {
+			// The relay closed its listener, but could not unlink the
+			// socket from a root it no longer sees.
+			if fi, err := os.Lstat(c.api); err == nil && fi.Mode()&os.ModeSocket != 0 {
+				os.Remove(c.api)
+			}
 		}
 		c.ns.Close()
 	})
