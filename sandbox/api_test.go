@@ -1,10 +1,20 @@
 package sandbox
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestAPIForward checks add_hostfwd's arguments as slirp4netns takes them:
@@ -107,4 +117,52 @@ func TestAPIEntry(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestServeAPI drives the API over its unix socket as rootlesskit's
+// slirp4netns port driver does, one connection per request: a forward
+// added on a port picked for it is listed with that port and listens
+// there, is removed, and Close removes the socket.
+func TestServeAPI(t *testing.T) {
+	cfg, err := Config{}.normalize()
+	require.NoError(t, err)
+	s := &Sandbox{cfg: cfg}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	require.NoError(t, s.ServeAPI(sock))
+	call := func(req string) map[string]any {
+		t.Helper()
+		c, err := net.Dial("unix", sock)
+		require.NoError(t, err)
+		defer c.Close()
+		_, err = c.Write([]byte(req))
+		require.NoError(t, err)
+		require.NoError(t, c.(*net.UnixConn).CloseWrite())
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		b, err := io.ReadAll(c)
+		require.NoError(t, err)
+		var ans map[string]any
+		require.NoError(t, json.Unmarshal(b, &ans), "%s", b)
+		return ans
+	}
+	added := call(`{"execute": "add_hostfwd", "arguments": {"proto": "tcp", "host_addr": "127.0.0.1", "host_port": 0, "guest_port": 80}}`)
+	require.Contains(t, added, "return", "%v", added)
+	id := added["return"].(map[string]any)["id"].(float64)
+	list := call(`{"execute": "list_hostfwd"}`)
+	entries := list["entries"].([]any)
+	require.Len(t, entries, 1)
+	e := entries[0].(map[string]any)
+	require.Equal(t, id, e["id"])
+	require.Equal(t, "127.0.0.1", e["host_addr"])
+	port := int(e["host_port"].(float64))
+	require.NotZero(t, port, "host_port 0 picks a port, which the list shows")
+	at := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port)).String()
+	_, err = net.Listen("tcp", at)
+	require.ErrorIs(t, err, syscall.EADDRINUSE, "the forward listens on the port listed")
+	require.Contains(t, call(fmt.Sprintf(`{"execute": "remove_hostfwd", "arguments": {"id": %d}}`, int(id))), "return")
+	require.Empty(t, call(`{"execute": "list_hostfwd"}`)["entries"])
+	require.Contains(t, call(fmt.Sprintf(`{"execute": "remove_hostfwd", "arguments": {"id": %d}}`, int(id))), "error", "removed twice")
+	require.NoError(t, s.Close())
+	_, err = os.Stat(sock)
+	require.True(t, os.IsNotExist(err), "Close removes the socket: %v", err)
 }
