@@ -20,7 +20,7 @@ import (
 
 // connPair returns a connected client and server conn of network ("tcp"
 // or "udp", both connected) between two hosts with the given cache mode.
-func connPair(t *testing.T, network string, mode stack.CacheMode) (c, s net.Conn) {
+func connPair(t testing.TB, network string, mode stack.CacheMode) (c, s net.Conn) {
 	t.Helper()
 	p := stacktest.New(t, &stacktest.Options{Stack: &stack.Options{Cache: mode}})
 	addr := netip.AddrPortFrom(stacktest.B4, 7)
