@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
@@ -59,12 +58,7 @@ type TCPConn interface {
 	CloseWrite() error
 }
 
-// The stack's TCP conns: its own, and gonet's when it hands those out
-// unchanged.
-var (
-	_ TCPConn = (*tcpConn)(nil)
-	_ TCPConn = (*gonet.TCPConn)(nil)
-)
+var _ TCPConn = (*tcpConn)(nil)
 
 // DialTCP connects to addr. Errors are *net.OpError, their Err translated
 // by TranslateError.
@@ -114,7 +108,9 @@ func (s *Stack) ConnectTCP(ctx context.Context, addr netip.AddrPort) (*waiter.Qu
 }
 
 // ListenTCP listens on addr; an unspecified address listens on all of the
-// stack's addresses of that IP version (for [::], of both versions).
+// stack's addresses of that IP version (for [::], of both versions). The
+// listener also has SetDeadline(time.Time) error, as *net.TCPListener
+// does, which bounds Accept.
 func (s *Stack) ListenTCP(addr netip.AddrPort) (net.Listener, error) {
 	if !addr.IsValid() {
 		return nil, opError("listen", "tcp", addr, errors.New("no address given"))
@@ -135,10 +131,7 @@ func (s *Stack) ListenTCP(addr netip.AddrPort) (net.Listener, error) {
 		ep.Close()
 		return nil, opError("listen", "tcp", addr, TranslateError(terr))
 	}
-	if s.poller.Enabled() || s.cache {
-		return newTCPListener(&wq, ep, s.poller, s.cache), nil
-	}
-	return gonet.NewTCPListener(s.s, &wq, ep), nil
+	return newTCPListener(&wq, ep, s.poller, s.cache), nil
 }
 
 // DialUDP returns a UDP socket bound to laddr (any address and port if
@@ -186,11 +179,8 @@ func (s *Stack) udp(op string, laddr, raddr netip.AddrPort, proto tcpip.NetworkP
 			return nil, opError(op, "udp", raddr, TranslateError(terr))
 		}
 	}
-	g := gonet.NewUDPConn(&wq, ep)
-	if !s.udpRecvErr && s.udpWait <= 0 && !s.poller.Enabled() && !s.cache {
-		return g, nil
-	}
-	u := &udpSocket{UDPConn: g, ep: ep, wq: &wq, gate: newReadGate(ep, s.poller), io: newConnIO(s.cache)}
+	u := &udpSocket{}
+	u.init("udp", ep, &wq, s.poller, s.cache)
 	u.recvErr.Store(s.udpRecvErr)
 	if s.udpWait > 0 {
 		u.room = &roomWait{st: s, wait: s.udpWait, report: s.udpRecvErr, proto: proto}

@@ -2,7 +2,6 @@ package stack
 
 import (
 	"net"
-	"sync"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/waiter"
@@ -10,56 +9,46 @@ import (
 	"github.com/ustack-dev/ustack/poll"
 )
 
-// tcpListener is a TCP listener whose accepted conns are tcpConns. gonet's
-// listener hides the accepted endpoints, which a busy-polling or cached
-// conn needs, so this one accepts itself.
+// tcpListener is the stack's TCP listener: its Accept waits as the conns'
+// reads do, on the sock's read deadline (SetDeadline, as
+// *net.TCPListener has), and its conns are tcpConns.
 type tcpListener struct {
-	ep     tcpip.Endpoint
-	wq     *waiter.Queue
-	p      *poll.Poller
+	sock
+	p      *poll.Poller // the accepted conns'
 	cached bool
 	addr   net.Addr
-
-	closeOnce sync.Once
-	done      chan struct{}
 }
 
 func newTCPListener(wq *waiter.Queue, ep tcpip.Endpoint, p *poll.Poller, cached bool) *tcpListener {
-	l := &tcpListener{ep: ep, wq: wq, p: p, cached: cached, done: make(chan struct{})}
+	l := &tcpListener{p: p, cached: cached}
+	l.init("tcp", ep, wq, nil, cached)
 	if a, err := ep.GetLocalAddress(); err == nil {
 		l.addr = &net.TCPAddr{IP: a.Addr.AsSlice(), Port: int(a.Port)}
 	}
 	return l
 }
 
-// Accept implements net.Listener.
+// Accept implements net.Listener. It waits for a connection until the
+// listener's deadline (SetDeadline) or Close.
 func (l *tcpListener) Accept() (net.Conn, error) {
-	n, wq, terr := l.ep.Accept(nil)
-	if _, block := terr.(*tcpip.ErrWouldBlock); block {
-		entry, ready := waiter.NewChannelEntry(waiter.ReadableEvents)
-		l.wq.EventRegister(&entry)
-		defer l.wq.EventUnregister(&entry)
-		for {
-			n, wq, terr = l.ep.Accept(nil)
-			if _, block := terr.(*tcpip.ErrWouldBlock); !block {
-				break
-			}
-			select {
-			case <-ready:
-			case <-l.done:
-				return nil, l.acceptError(net.ErrClosed)
-			}
-		}
+	if err := l.check(&l.rd); err != nil {
+		return nil, l.acceptError(err)
 	}
-	if terr != nil {
-		select {
-		case <-l.done:
-			return nil, l.acceptError(net.ErrClosed)
+	var w waitReg
+	defer l.unregister(&w)
+	for {
+		ep, wq, terr := l.ep.Accept(nil)
+		switch terr.(type) {
+		case nil:
+			return newTCPConn(wq, ep, l.p, l.cached), nil
+		case *tcpip.ErrWouldBlock:
 		default:
+			return nil, l.acceptError(l.fail(terr))
 		}
-		return nil, l.acceptError(TranslateError(terr))
+		if err := l.wait(&w, &l.rwait, waiter.ReadableEvents, &l.rd); err != nil {
+			return nil, l.acceptError(err)
+		}
 	}
-	return newTCPConn(wq, n, l.p, l.cached), nil
 }
 
 func (l *tcpListener) acceptError(err error) error {
@@ -68,10 +57,7 @@ func (l *tcpListener) acceptError(err error) error {
 
 // Close implements net.Listener: it stops listening and wakes Accept.
 func (l *tcpListener) Close() error {
-	l.closeOnce.Do(func() {
-		close(l.done)
-		l.ep.Close()
-	})
+	l.close()
 	return nil
 }
 

@@ -1,80 +1,98 @@
 package stack
 
 import (
-	"time"
+	"io"
+	"net"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/waiter"
 
 	"github.com/ustack-dev/ustack/poll"
 )
 
-// tcpConn is a gonet TCP conn with busy-polling reads (gate, nil when off)
-// and cached fast paths (io, nil when off). CloseWrite and CloseRead come
-// from gonet.
+// tcpConn is the stack's TCP conn (TCPConn) over a connected endpoint:
+// what DialTCP, NewTCPConn and the listeners hand out.
 type tcpConn struct {
-	*gonet.TCPConn
-	ep   tcpip.Endpoint
-	wq   *waiter.Queue
-	gate *readGate
-	io   *connIO
+	sock
 }
 
 func newTCPConn(wq *waiter.Queue, ep tcpip.Endpoint, p *poll.Poller, cached bool) *tcpConn {
-	return &tcpConn{TCPConn: gonet.NewTCPConn(wq, ep), ep: ep, wq: wq, gate: newReadGate(ep, p), io: newConnIO(cached)}
+	c := &tcpConn{}
+	c.init("tcp", ep, wq, p, cached)
+	return c
 }
 
-// Read implements net.Conn.
+func (c *tcpConn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+}
+
+// Read implements net.Conn. A read of nothing returns at once, as Go's
+// sockets do.
 func (c *tcpConn) Read(b []byte) (int, error) {
-	c.gate.wait(len(b))
-	if len(b) > 0 {
-		res, err, handled := c.io.readWait(c.ep, c.wq, b, tcpip.ReadOptions{})
-		switch {
-		case handled && err != nil:
-			return 0, connError("read", "tcp", err, c.LocalAddr(), c.RemoteAddr())
-		case handled && res.Count > 0:
-			c.ep.ModerateRecvBuf(res.Count)
-			return res.Count, nil
+	if len(b) == 0 {
+		if err := c.check(&c.rd); err != nil {
+			return 0, c.opError("read", err)
 		}
+		return 0, nil
 	}
-	return gonetN(c.TCPConn.Read(b))
+	res, err := c.read(b, tcpip.ReadOptions{})
+	switch {
+	case err == io.EOF:
+		return 0, io.EOF
+	case err != nil:
+		return 0, c.opError("read", err)
+	}
+	c.ep.ModerateRecvBuf(res.Count)
+	return res.Count, nil
 }
 
 // Write implements net.Conn.
 func (c *tcpConn) Write(b []byte) (int, error) {
-	n, err, done := c.io.write(c.ep, b, nil)
-	switch {
-	case done && err != nil:
-		return n, connError("write", "tcp", err, c.LocalAddr(), c.RemoteAddr())
-	case done:
-		return n, nil
+	n, err := c.write(b, nil, true)
+	if err != nil {
+		return n, c.opError("write", err)
 	}
-	m, gerr := c.TCPConn.Write(b[n:])
-	return n + m, gonetError(gerr)
+	return n, nil
 }
 
-// SetDeadline implements net.Conn.
-func (c *tcpConn) SetDeadline(t time.Time) error {
-	c.io.setDeadlines(t, true, true)
-	return c.TCPConn.SetDeadline(t)
+// CloseRead implements TCPConn: reads return io.EOF from here on.
+func (c *tcpConn) CloseRead() error {
+	if terr := c.ep.Shutdown(tcpip.ShutdownRead); terr != nil {
+		return c.opError("close", c.fail(terr))
+	}
+	return nil
 }
 
-// SetReadDeadline implements net.Conn.
-func (c *tcpConn) SetReadDeadline(t time.Time) error {
-	c.io.setDeadlines(t, true, false)
-	return c.TCPConn.SetReadDeadline(t)
+// CloseWrite implements TCPConn: the peer reads EOF after what was
+// written.
+func (c *tcpConn) CloseWrite() error {
+	if terr := c.ep.Shutdown(tcpip.ShutdownWrite); terr != nil {
+		return c.opError("close", c.fail(terr))
+	}
+	return nil
 }
 
-// SetWriteDeadline implements net.Conn.
-func (c *tcpConn) SetWriteDeadline(t time.Time) error {
-	c.io.setDeadlines(t, false, true)
-	return c.TCPConn.SetWriteDeadline(t)
-}
-
+// Close implements net.Conn: it aborts reads and writes in progress,
+// with net.ErrClosed, and closes the endpoint.
 func (c *tcpConn) Close() error {
-	c.gate.close()
-	err := c.TCPConn.Close()
-	c.io.wake()
-	return err
+	c.close()
+	return nil
+}
+
+// LocalAddr implements net.Conn; nil once the endpoint has none.
+func (c *tcpConn) LocalAddr() net.Addr {
+	a, terr := c.ep.GetLocalAddress()
+	if terr != nil {
+		return nil
+	}
+	return &net.TCPAddr{IP: a.Addr.AsSlice(), Port: int(a.Port)}
+}
+
+// RemoteAddr implements net.Conn; nil once the endpoint has none.
+func (c *tcpConn) RemoteAddr() net.Addr {
+	a, terr := c.ep.GetRemoteAddress()
+	if terr != nil {
+		return nil
+	}
+	return &net.TCPAddr{IP: a.Addr.AsSlice(), Port: int(a.Port)}
 }

@@ -1,41 +1,37 @@
 package stack
 
 import (
-	"errors"
+	"fmt"
 	"net"
+	"os"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
-	"gvisor.dev/gvisor/pkg/waiter"
 
+	"github.com/ustack-dev/ustack/internal/deadline"
 	"github.com/ustack-dev/ustack/sched"
 )
 
-// udpSocket is a UDP socket with any of: IP_RECVERR drained (recvErr),
-// busy-polling reads (gate), cached fast paths (io), waiting for room in a
-// full NIC queue (room).
+// udpSocket is the stack's UDP socket: a net.Conn (to its connected
+// peer) and a net.PacketConn, what DialUDP and ListenUDP return, that can
+// also drain IP_RECVERR's queue (recvErr) and wait for room in a full NIC
+// queue (room).
 //
 // With IP_RECVERR, gVisor queues every ICMP error the socket receives,
-// with a copy of the offending datagram, on an error queue that gonet
-// cannot read and that gVisor neither bounds nor releases at Close. The
+// with a copy of the offending datagram, on an error queue that nothing
+// here reads and that gVisor neither bounds nor releases at Close. The
 // socket empties that queue, releasing each copy, before each write and
 // read and at Close, so it neither grows nor leaks. IP_RECVERR is on from
 // the start under UDPRecvErr; a socket that waits for room needs it only
 // to learn of refusals, so it sets it at its first write: a socket that
 // never writes queues nothing.
 type udpSocket struct {
-	*gonet.UDPConn
-	ep      tcpip.Endpoint
-	wq      *waiter.Queue
+	sock
 	recvErr atomic.Bool // IP_RECVERR is set
-	gate    *readGate
-	io      *connIO
-	room    *roomWait    // nil: a refused write fails at once
-	wdl     atomic.Int64 // write deadline (Unix ns, 0: none); bounds a wait for room
+	room    *roomWait   // nil: a refused write fails at once
 }
 
 // roomWait is how a UDP socket's write that a full NIC queue refused waits
@@ -57,54 +53,53 @@ type roomWait struct {
 // roomSource boxes a RoomNotifier for an atomic.Pointer.
 type roomSource struct{ sched.RoomNotifier }
 
-// noBufferSpace is the message of the refusal a full queue gives, as
-// gonet's conns flatten it before gonetN translates it.
-var noBufferSpace = (&tcpip.ErrNoBufferSpace{}).String()
+// refused reports whether err, a write's, is a refusal for lack of room.
+func refused(err error) bool { return err == syscall.ENOBUFS }
 
-// refused reports whether err is a write refused for lack of room:
-// ENOBUFS as connError and gonetN translate it, or gonet's untranslated
-// message.
-func refused(err error) bool {
-	if err == nil {
-		return false
+// send writes one datagram to *to (nil: the connected peer) through
+// sendRoom; addr is to as the caller gave it, for the error.
+func (c *udpSocket) send(b []byte, to *tcpip.FullAddress, addr net.Addr) (int, error) {
+	n, err := c.sendRoom(b, to)
+	if err != nil {
+		return n, c.opError("write", addr, err)
 	}
-	if errors.Is(err, syscall.ENOBUFS) {
-		return true
-	}
-	oe, ok := err.(*net.OpError)
-	return ok && oe.Err != nil && oe.Err.Error() == noBufferSpace
+	return n, nil
 }
 
-// send writes one datagram (writeOnce), waiting for room in a full NIC
+// sendRoom writes one datagram (writeOnce), waiting for room in a full NIC
 // queue: before a connected write, while the queue that refused the last
 // one is still full; after a refusal, for that queue's room signal, and
-// then it tries again. All of one write's waits end together, when
-// Options.UDPWait or the write deadline is over. A datagram still refused
-// then fails with the refusal if the socket reports it (UDPRecvErr), and
-// is otherwise dropped as the kernel drops it for a socket without
-// IP_RECVERR: the write succeeds, the drop is counted (NIC
-// TxPacketsDroppedNoBufferSpace).
-func (c *udpSocket) send(b []byte, to *tcpip.FullAddress, addr net.Addr) (int, error) {
+// then it tries again. All of one write's waits for room end together,
+// when Options.UDPWait is over: a datagram still refused then fails with
+// the refusal if the socket reports it (UDPRecvErr), and is otherwise
+// dropped as the kernel drops it for a socket without IP_RECVERR: the
+// write succeeds, the drop is counted (NIC TxPacketsDroppedNoBufferSpace).
+// The write deadline and Close end a wait too, with their own errors.
+func (c *udpSocket) sendRoom(b []byte, to *tcpip.FullAddress) (int, error) {
 	r := c.room
 	if r == nil {
-		return c.writeOnce(b, to, addr)
+		return c.writeOnce(b, to)
 	}
 	if !c.recvErr.Load() {
 		setRecvErr(c.ep)
 		c.recvErr.Store(true)
 	}
-	var (
-		deadline time.Time
-		t        *time.Timer
-	)
+	var bound *deadline.Deadline // UDPWait from the first wait on; made only if the write waits
+	defer func() {
+		if bound != nil {
+			bound.Stop()
+		}
+	}()
 	if to == nil {
 		if src := r.last.Load(); src != nil {
-			if room := src.Room(); !isClosed(room) {
-				c.await(room, &deadline, &t)
+			if room := src.Room(); !fired(room) {
+				if _, err := c.await(room, &bound); err != nil {
+					return 0, err
+				}
 			}
 		}
 	}
-	n, err := c.writeOnce(b, to, addr)
+	n, err := c.writeOnce(b, to)
 	for refused(err) {
 		rn := c.roomFor(to)
 		if rn == nil {
@@ -115,13 +110,14 @@ func (c *udpSocket) send(b []byte, to *tcpip.FullAddress, addr net.Addr) (int, e
 				r.last.Store(&roomSource{rn})
 			}
 		}
-		if !c.await(rn.Room(), &deadline, &t) {
+		again, werr := c.await(rn.Room(), &bound)
+		if werr != nil {
+			return n, werr
+		}
+		if !again {
 			break
 		}
-		n, err = c.writeOnce(b, to, addr)
-	}
-	if t != nil {
-		t.Stop()
+		n, err = c.writeOnce(b, to)
 	}
 	if refused(err) && !r.report {
 		return len(b), nil
@@ -129,8 +125,8 @@ func (c *udpSocket) send(b []byte, to *tcpip.FullAddress, addr net.Addr) (int, e
 	return n, err
 }
 
-// isClosed reports whether a room signal has fired.
-func isClosed(room <-chan struct{}) bool {
+// fired reports whether a room signal has fired.
+func fired(room <-chan struct{}) bool {
 	select {
 	case <-room:
 		return true
@@ -139,32 +135,25 @@ func isClosed(room <-chan struct{}) bool {
 	}
 }
 
-// await waits for room, or until the write's deadline, which it sets on
-// its first call (UDPWait from now, or the write deadline if sooner). It
-// reports false, without waiting, if the deadline has passed, and true
-// otherwise: the caller tries once more.
-func (c *udpSocket) await(room <-chan struct{}, deadline *time.Time, t **time.Timer) bool {
-	now := time.Now()
-	if deadline.IsZero() {
-		*deadline = now.Add(c.room.wait)
-		if d := c.wdl.Load(); d != 0 && d < deadline.UnixNano() {
-			*deadline = time.Unix(0, d)
-		}
-	}
-	left := deadline.Sub(now)
-	if left <= 0 {
-		return false
-	}
-	if *t == nil {
-		*t = time.NewTimer(left)
-	} else {
-		(*t).Reset(left)
+// await waits for room, or until the write's bound (Options.UDPWait from
+// its first wait, which makes it), the write deadline or Close. again
+// says whether to try the write once more: false once the bound is over;
+// err is the write deadline's or Close's.
+func (c *udpSocket) await(room <-chan struct{}, bound **deadline.Deadline) (again bool, err error) {
+	if *bound == nil {
+		*bound = new(deadline.Deadline)
+		(*bound).Set(time.Now().Add(c.room.wait))
 	}
 	select {
 	case <-room:
-	case <-(*t).C:
+		return true, nil
+	case <-(*bound).Done():
+		return false, nil
+	case <-c.wd.Done():
+		return false, os.ErrDeadlineExceeded
+	case <-c.done:
+		return false, net.ErrClosed
 	}
-	return true
 }
 
 // roomFor returns the room signal of the NIC queue a datagram to to (nil:
@@ -201,26 +190,28 @@ func (c *udpSocket) drainErrors() {
 	}
 }
 
-// Read implements net.Conn.
+func (c *udpSocket) opError(op string, addr net.Addr, err error) error {
+	return &net.OpError{Op: op, Net: "udp", Source: c.LocalAddr(), Addr: addr, Err: err}
+}
+
+// Read implements net.Conn: it reads one datagram, truncated to len(b).
 func (c *udpSocket) Read(b []byte) (int, error) {
 	c.drainErrors()
-	c.gate.wait(1) // a datagram may be empty, so even len(b) == 0 reads one
-	res, err, handled := c.io.readWait(c.ep, c.wq, b, tcpip.ReadOptions{})
-	switch {
-	case handled && err != nil:
-		return 0, connError("read", "udp", err, c.LocalAddr(), nil)
-	case handled:
-		return res.Count, nil
+	res, err := c.read(b, tcpip.ReadOptions{})
+	if err != nil {
+		return 0, c.opError("read", nil, err)
 	}
-	return gonetN(c.UDPConn.Read(b))
+	return res.Count, nil
 }
 
 // ReadFrom implements net.PacketConn.
 func (c *udpSocket) ReadFrom(b []byte) (int, net.Addr, error) {
 	c.drainErrors()
-	c.gate.wait(1)
-	n, from, err := c.UDPConn.ReadFrom(b)
-	return n, from, gonetError(err)
+	res, err := c.read(b, tcpip.ReadOptions{NeedRemoteAddr: true})
+	if err != nil {
+		return 0, nil, c.opError("read", nil, err)
+	}
+	return res.Count, &net.UDPAddr{IP: res.RemoteAddr.Addr.AsSlice(), Port: int(res.RemoteAddr.Port)}, nil
 }
 
 // Write implements net.Conn. A write that a full NIC queue refuses waits
@@ -229,65 +220,54 @@ func (c *udpSocket) Write(b []byte) (int, error) {
 	return c.send(b, nil, nil)
 }
 
-// WriteTo implements net.PacketConn. A write that a full NIC queue refuses
-// waits for room (Options.UDPWait).
+// WriteTo implements net.PacketConn: addr is a *net.UDPAddr (nil: the
+// connected peer). A write that a full NIC queue refuses waits for room
+// (Options.UDPWait).
 func (c *udpSocket) WriteTo(b []byte, addr net.Addr) (int, error) {
-	var to *tcpip.FullAddress
-	if ua, ok := addr.(*net.UDPAddr); ok {
-		to = &tcpip.FullAddress{Addr: tcpip.AddrFromSlice(ua.IP), Port: uint16(ua.Port)}
-	}
-	return c.send(b, to, addr)
-}
-
-// writeOnce writes one datagram: to addr (to is its tcpip form, nil if it
-// is not a *net.UDPAddr), or to the connected peer if addr is nil, as
-// gonet's WriteTo does.
-func (c *udpSocket) writeOnce(b []byte, to *tcpip.FullAddress, addr net.Addr) (int, error) {
-	c.drainErrors()
-	if addr == nil || to != nil {
-		n, err, done := c.io.write(c.ep, b, to)
-		switch {
-		case done && err != nil:
-			return n, connError("write", "udp", err, c.LocalAddr(), addr)
-		case done:
-			return n, nil
-		}
-	}
 	if addr == nil {
-		return gonetN(c.UDPConn.Write(b))
+		return c.Write(b)
 	}
-	return gonetN(c.UDPConn.WriteTo(b, addr))
+	ua, ok := addr.(*net.UDPAddr)
+	if !ok || ua == nil {
+		return 0, c.opError("write", addr, fmt.Errorf("destination %v is a %T: want a *net.UDPAddr", addr, addr))
+	}
+	to := tcpip.FullAddress{Addr: tcpip.AddrFromSlice(ua.IP), Port: uint16(ua.Port)}
+	return c.send(b, &to, addr)
 }
 
-// SetDeadline implements net.Conn.
-func (c *udpSocket) SetDeadline(t time.Time) error {
-	c.wdl.Store(deadlineNanos(t))
-	c.io.setDeadlines(t, true, true)
-	return c.UDPConn.SetDeadline(t)
+// writeOnce writes one datagram to *to (nil: the connected peer),
+// waiting while the endpoint's send buffer is full.
+func (c *udpSocket) writeOnce(b []byte, to *tcpip.FullAddress) (int, error) {
+	c.drainErrors()
+	return c.write(b, to, false)
 }
 
-// SetReadDeadline implements net.Conn.
-func (c *udpSocket) SetReadDeadline(t time.Time) error {
-	c.io.setDeadlines(t, true, false)
-	return c.UDPConn.SetReadDeadline(t)
-}
-
-// SetWriteDeadline implements net.Conn.
-func (c *udpSocket) SetWriteDeadline(t time.Time) error {
-	c.wdl.Store(deadlineNanos(t))
-	c.io.setDeadlines(t, false, true)
-	return c.UDPConn.SetWriteDeadline(t)
-}
-
-// Close implements net.Conn; it also ends a busy poll in progress. The
-// second drain takes what arrived while the endpoint closed; only an ICMP
-// error already inside gVisor's handler at that instant can still slip
-// in, a window gVisor offers no hook to close.
+// Close implements net.Conn: it aborts reads and writes in progress,
+// with net.ErrClosed, and closes the endpoint. The second drain takes
+// what arrived while the endpoint closed; only an ICMP error already
+// inside gVisor's handler at that instant can still slip in, a window
+// gVisor offers no hook to close.
 func (c *udpSocket) Close() error {
-	c.gate.close()
 	c.drainErrors()
-	err := c.UDPConn.Close()
+	c.close()
 	c.drainErrors()
-	c.io.wake()
-	return err
+	return nil
+}
+
+// LocalAddr implements net.Conn; nil once the endpoint has none.
+func (c *udpSocket) LocalAddr() net.Addr {
+	a, terr := c.ep.GetLocalAddress()
+	if terr != nil {
+		return nil
+	}
+	return &net.UDPAddr{IP: a.Addr.AsSlice(), Port: int(a.Port)}
+}
+
+// RemoteAddr implements net.Conn: the connected peer, else nil.
+func (c *udpSocket) RemoteAddr() net.Addr {
+	a, terr := c.ep.GetRemoteAddress()
+	if terr != nil {
+		return nil
+	}
+	return &net.UDPAddr{IP: a.Addr.AsSlice(), Port: int(a.Port)}
 }
