@@ -1,7 +1,6 @@
 package stack
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -13,7 +12,6 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 	"gvisor.dev/gvisor/pkg/waiter"
@@ -230,7 +228,9 @@ type udpConn interface {
 }
 
 // Ping sends one ICMP echo request with payload to dst and waits for the
-// matching reply or for ctx to end. It returns the round-trip time.
+// matching reply or for ctx to end. It returns the round-trip time. It
+// uses the ICMP echo socket that ListenPacket gives for "ip4:icmp" and
+// "ip6:ipv6-icmp".
 func (s *Stack) Ping(ctx context.Context, dst netip.Addr, payload []byte) (time.Duration, error) {
 	dst = dst.Unmap()
 	if !dst.IsValid() || dst.IsUnspecified() {
@@ -238,26 +238,36 @@ func (s *Stack) Ping(ctx context.Context, dst netip.Addr, payload []byte) (time.
 	}
 	target := &net.IPAddr{IP: dst.AsSlice()}
 	fail := func(err error) (time.Duration, error) {
+		if ctx.Err() != nil {
+			err = ctx.Err() // the deadline Ping set for it, or a cancellation
+		} else if op, ok := err.(*net.OpError); ok {
+			err = op.Err
+		}
 		return 0, &net.OpError{Op: "ping", Net: "ip", Addr: target, Err: err}
 	}
-	if err := s.live(); err != nil {
-		return fail(err)
-	}
-	proto, netProto := icmp.ProtocolNumber4, protocolOf(dst)
+	network := "ip4:icmp"
 	echo, reply := uint8(header.ICMPv4Echo), uint8(header.ICMPv4EchoReply)
 	if dst.Is6() {
-		proto = icmp.ProtocolNumber6
+		network = "ip6:ipv6-icmp"
 		echo, reply = uint8(header.ICMPv6EchoRequest), uint8(header.ICMPv6EchoReply)
 	}
-	var wq waiter.Queue
-	ep, terr := s.s.NewEndpoint(proto, netProto, &wq)
-	if terr != nil {
-		return fail(TranslateError(terr))
+	c, err := s.newPing(network, dst.Is6())
+	if err != nil {
+		return fail(err)
 	}
-	defer ep.Close()
-	entry, readable := waiter.NewChannelEntry(waiter.ReadableEvents)
-	wq.EventRegister(&entry)
-	defer wq.EventUnregister(&entry)
+	defer c.Close()
+	// ctx's end is a read deadline in the past, as Go's net turns a
+	// dial's context into a deadline.
+	ended := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(ended)
+		c.SetReadDeadline(time.Unix(1, 0))
+	})
+	defer func() {
+		if !stop() {
+			<-ended
+		}
+	}()
 
 	// The endpoint fills in the identifier (its port) and the checksum;
 	// the sequence number tells our reply from stale ones.
@@ -267,27 +277,16 @@ func (s *Stack) Ping(ctx context.Context, dst netip.Addr, payload []byte) (time.
 	binary.BigEndian.PutUint16(msg[6:], seq)
 	copy(msg[header.ICMPv4MinimumSize:], payload)
 	start := time.Now()
-	r := bytes.NewReader(msg)
-	to := tcpip.FullAddress{Addr: toTCPIP(dst)}
-	if _, terr := ep.Write(r, tcpip.WriteOptions{To: &to}); terr != nil {
-		return fail(TranslateError(terr))
+	if _, err := c.WriteTo(msg, target); err != nil {
+		return fail(err)
 	}
 	buf := make([]byte, len(msg)+64)
 	for {
-		w := tcpip.SliceWriter(buf)
-		res, terr := ep.Read(&w, tcpip.ReadOptions{})
-		if _, wait := terr.(*tcpip.ErrWouldBlock); wait {
-			select {
-			case <-ctx.Done():
-				return fail(ctx.Err())
-			case <-readable:
-			}
-			continue
+		n, _, err := c.ReadFrom(buf)
+		if err != nil {
+			return fail(err)
 		}
-		if terr != nil {
-			return fail(TranslateError(terr))
-		}
-		got := buf[:res.Count]
+		got := buf[:n]
 		if len(got) >= header.ICMPv4MinimumSize && got[0] == reply &&
 			binary.BigEndian.Uint16(got[6:]) == seq && string(got[header.ICMPv4MinimumSize:]) == string(payload) {
 			return time.Since(start), nil

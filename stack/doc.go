@@ -7,7 +7,7 @@
 // "host:port" addresses, Resolver resolves names through the stack
 // (Options.DNS), and a *Stack is an x/net/proxy ContextDialer, so
 // http.Transport and anything else that takes a dialer runs over it;
-// ListenPacket also gives ICMP echo sockets.
+// ListenPacket also gives ICMP echo sockets, which Ping uses.
 //
 // The conns (TCP, UDP, ICMP echo) and listeners drive gVisor's endpoints
 // themselves, as gVisor's gonet adapters do, with one deadline per
