@@ -301,7 +301,7 @@ func TestDialContextRefused(t *testing.T) {
 func TestDialContextCancel(t *testing.T) {
 	p := stacktest.New(t, nil)
 	// Nobody has this on-link address: the handshake never completes.
-	const blackhole = "198.18.0.77:80"
+	blackhole := netip.AddrPortFrom(silentAddr, 80).String()
 
 	t.Run("before", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
