@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"net"
 	"net/netip"
 	"runtime"
@@ -20,9 +21,15 @@ import (
 
 // connPair returns a connected client and server conn of network ("tcp"
 // or "udp", both connected) between two hosts with the given cache mode.
-func connPair(t *testing.T, network string, mode stack.CacheMode) (c, s net.Conn) {
+func connPair(t testing.TB, network string, mode stack.CacheMode) (c, s net.Conn) {
 	t.Helper()
-	p := stacktest.New(t, &stacktest.Options{Stack: &stack.Options{Cache: mode}})
+	return connPairOpts(t, network, &stack.Options{Cache: mode})
+}
+
+// connPairOpts is connPair between hosts built with opts.
+func connPairOpts(t testing.TB, network string, opts *stack.Options) (c, s net.Conn) {
+	t.Helper()
+	p := stacktest.New(t, &stacktest.Options{Stack: opts})
 	addr := netip.AddrPortFrom(stacktest.B4, 7)
 	if network == "udp" {
 		var err error
@@ -53,8 +60,8 @@ func connPair(t *testing.T, network string, mode stack.CacheMode) (c, s net.Conn
 
 // TestConnCacheAddsNoAllocs: with the cache on, a conn's Write and Read
 // allocate nothing beyond what gVisor's endpoint itself allocates for the
-// same transfer (measured side by side on the same endpoints); with it
-// off, gonet's per-call allocations show.
+// same transfer (measured side by side on the same endpoints), with
+// deadlines set or not; with it off, the per-call scratch shows.
 func TestConnCacheAddsNoAllocs(t *testing.T) {
 	for _, network := range []string{"tcp", "udp"} {
 		t.Run(network, func(t *testing.T) {
@@ -69,7 +76,13 @@ func TestConnCacheAddsNoAllocs(t *testing.T) {
 					}
 				}
 			}
-			c, s := connPair(t, network, stack.CacheOn)
+			// Delayed ACKs off: whether a pure ACK is held or sent varies
+			// with timing, and so does gVisor's count per write and read.
+			tcpOpts := stack.TCPOptions{DelayedACK: -1}
+			pair := func(mode stack.CacheMode) (net.Conn, net.Conn) {
+				return connPairOpts(t, network, &stack.Options{Cache: mode, TCP: &tcpOpts})
+			}
+			c, s := pair(stack.CacheOn)
 			epC, epS := stack.EndpointOf(c), stack.EndpointOf(s)
 			require.NotNil(t, epC)
 			r, w := new(bytes.Reader), new(tcpip.SliceWriter)
@@ -88,14 +101,26 @@ func TestConnCacheAddsNoAllocs(t *testing.T) {
 			}
 			raw() // warm up both paths
 			roundTrip(c, s)()
-			endpoint := testing.AllocsPerRun(500, raw)
-			on := testing.AllocsPerRun(500, roundTrip(c, s))
+			// gVisor's own count varies by one between runs now and then
+			// (under -race more often), with the timing of its ACKs:
+			// take the least of three runs of each, alternated.
+			endpoint, on, onDeadline := math.Inf(1), math.Inf(1), math.Inf(1)
+			for range 3 {
+				endpoint = min(endpoint, testing.AllocsPerRun(300, raw))
+				require.NoError(t, c.SetDeadline(time.Time{}))
+				require.NoError(t, s.SetDeadline(time.Time{}))
+				on = min(on, testing.AllocsPerRun(300, roundTrip(c, s)))
+				require.NoError(t, c.SetDeadline(time.Now().Add(time.Hour)))
+				require.NoError(t, s.SetDeadline(time.Now().Add(time.Hour)))
+				onDeadline = min(onDeadline, testing.AllocsPerRun(300, roundTrip(c, s)))
+			}
 
-			c, s = connPair(t, network, stack.CacheOff)
-			off := testing.AllocsPerRun(500, roundTrip(c, s))
-			t.Logf("allocations per write and read: endpoint alone %.2f, conn with cache %.2f, without %.2f", endpoint, on, off)
-			require.LessOrEqual(t, on, endpoint+0.2, "the cached conn allocates beyond gVisor's endpoint")
-			require.GreaterOrEqual(t, off, on+1, "gonet's conn allocates per call")
+			c, s = pair(stack.CacheOff)
+			off := testing.AllocsPerRun(300, roundTrip(c, s))
+			t.Logf("allocations per write and read: endpoint alone %.2f, conn with cache %.2f (with deadlines %.2f), without %.2f", endpoint, on, onDeadline, off)
+			require.LessOrEqual(t, on, endpoint+allocSlack, "the cached conn allocates beyond gVisor's endpoint")
+			require.LessOrEqual(t, onDeadline, endpoint+allocSlack, "the cached conn with deadlines set allocates beyond gVisor's endpoint")
+			require.GreaterOrEqual(t, off, on+1, "without the cache the conn allocates its scratch per call")
 		})
 	}
 }
@@ -106,30 +131,30 @@ func TestCacheModeString(t *testing.T) {
 	require.Equal(t, stack.DefaultCache.String(), stack.CacheDefault.String())
 }
 
-// TestNetTestConnCacheOff: gonet's own conns, as handed out with the
-// cache off, pass the same net.Conn suite as the cached ones (which the
-// default runs).
+// TestNetTestConnCacheOff: the conns with the cache off (their scratch
+// made per call) pass the same net.Conn suite as the cached ones (which
+// the default runs).
 func TestNetTestConnCacheOff(t *testing.T) {
 	netTestConn(t, &stacktest.Options{Stack: &stack.Options{Cache: stack.CacheOff}})
 }
 
 // TestConnErrorsReportedOnce: an error the endpoint reports once (a UDP
 // port unreachable, here) reaches the caller with the cache on as with
-// it off, not swallowed by a retry through gonet, and translated
-// (ECONNREFUSED) either way: UDP writes always go through the stack's
-// socket, which waits for room.
+// it off, not swallowed by a retry, and translated (ECONNREFUSED) either
+// way.
 func TestConnErrorsReportedOnce(t *testing.T) {
 	var msgs []string
 	for _, mode := range []stack.CacheMode{stack.CacheOff, stack.CacheOn} {
 		p := stacktest.New(t, &stacktest.Options{Stack: &stack.Options{Cache: mode}})
 		c, err := p.A.DialUDP(netip.AddrPort{}, netip.AddrPortFrom(stacktest.B4, 9)) // nobody listens
 		require.NoError(t, err)
+		// Each write draws a port unreachable; the write after one
+		// arrived is refused.
 		var werr error
-		for i := 0; i < 1000 && werr == nil; i++ {
+		require.Eventually(t, func() bool {
 			_, werr = c.Write([]byte("x"))
-			time.Sleep(time.Millisecond)
-		}
-		require.Error(t, werr, "the refusal is reported (cache %v)", mode)
+			return werr != nil
+		}, 10*time.Second, time.Millisecond, "the refusal is reported (cache %v)", mode)
 		oe, ok := errors.AsType[*net.OpError](werr)
 		require.True(t, ok, "a *net.OpError, as gonet's")
 		msgs = append(msgs, oe.Op+" "+oe.Net)

@@ -1,7 +1,6 @@
 package stack
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -11,10 +10,8 @@ import (
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 	"gvisor.dev/gvisor/pkg/waiter"
@@ -59,12 +56,7 @@ type TCPConn interface {
 	CloseWrite() error
 }
 
-// The stack's TCP conns: its own, and gonet's when it hands those out
-// unchanged.
-var (
-	_ TCPConn = (*tcpConn)(nil)
-	_ TCPConn = (*gonet.TCPConn)(nil)
-)
+var _ TCPConn = (*tcpConn)(nil)
 
 // DialTCP connects to addr. Errors are *net.OpError, their Err translated
 // by TranslateError.
@@ -114,7 +106,9 @@ func (s *Stack) ConnectTCP(ctx context.Context, addr netip.AddrPort) (*waiter.Qu
 }
 
 // ListenTCP listens on addr; an unspecified address listens on all of the
-// stack's addresses of that IP version (for [::], of both versions).
+// stack's addresses of that IP version (for [::], of both versions). The
+// listener also has SetDeadline(time.Time) error, as *net.TCPListener
+// does, which bounds Accept.
 func (s *Stack) ListenTCP(addr netip.AddrPort) (net.Listener, error) {
 	if !addr.IsValid() {
 		return nil, opError("listen", "tcp", addr, errors.New("no address given"))
@@ -135,10 +129,7 @@ func (s *Stack) ListenTCP(addr netip.AddrPort) (net.Listener, error) {
 		ep.Close()
 		return nil, opError("listen", "tcp", addr, TranslateError(terr))
 	}
-	if s.poller.Enabled() || s.cache {
-		return newTCPListener(&wq, ep, s.poller, s.cache), nil
-	}
-	return gonet.NewTCPListener(s.s, &wq, ep), nil
+	return newTCPListener(&wq, ep, s.poller, s.cache), nil
 }
 
 // DialUDP returns a UDP socket bound to laddr (any address and port if
@@ -186,11 +177,8 @@ func (s *Stack) udp(op string, laddr, raddr netip.AddrPort, proto tcpip.NetworkP
 			return nil, opError(op, "udp", raddr, TranslateError(terr))
 		}
 	}
-	g := gonet.NewUDPConn(&wq, ep)
-	if !s.udpRecvErr && s.udpWait <= 0 && !s.poller.Enabled() && !s.cache {
-		return g, nil
-	}
-	u := &udpSocket{UDPConn: g, ep: ep, wq: &wq, gate: newReadGate(ep, s.poller), io: newConnIO(s.cache)}
+	u := &udpSocket{}
+	u.init("udp", ep, &wq, s.poller, s.cache)
 	u.recvErr.Store(s.udpRecvErr)
 	if s.udpWait > 0 {
 		u.room = &roomWait{st: s, wait: s.udpWait, report: s.udpRecvErr, proto: proto}
@@ -240,7 +228,9 @@ type udpConn interface {
 }
 
 // Ping sends one ICMP echo request with payload to dst and waits for the
-// matching reply or for ctx to end. It returns the round-trip time.
+// matching reply or for ctx to end. It returns the round-trip time. It
+// uses the ICMP echo socket that ListenPacket gives for "ip4:icmp" and
+// "ip6:ipv6-icmp".
 func (s *Stack) Ping(ctx context.Context, dst netip.Addr, payload []byte) (time.Duration, error) {
 	dst = dst.Unmap()
 	if !dst.IsValid() || dst.IsUnspecified() {
@@ -248,26 +238,36 @@ func (s *Stack) Ping(ctx context.Context, dst netip.Addr, payload []byte) (time.
 	}
 	target := &net.IPAddr{IP: dst.AsSlice()}
 	fail := func(err error) (time.Duration, error) {
+		if ctx.Err() != nil {
+			err = ctx.Err() // the deadline Ping set for it, or a cancellation
+		} else if op, ok := err.(*net.OpError); ok {
+			err = op.Err
+		}
 		return 0, &net.OpError{Op: "ping", Net: "ip", Addr: target, Err: err}
 	}
-	if err := s.live(); err != nil {
-		return fail(err)
-	}
-	proto, netProto := icmp.ProtocolNumber4, protocolOf(dst)
+	network := "ip4:icmp"
 	echo, reply := uint8(header.ICMPv4Echo), uint8(header.ICMPv4EchoReply)
 	if dst.Is6() {
-		proto = icmp.ProtocolNumber6
+		network = "ip6:ipv6-icmp"
 		echo, reply = uint8(header.ICMPv6EchoRequest), uint8(header.ICMPv6EchoReply)
 	}
-	var wq waiter.Queue
-	ep, terr := s.s.NewEndpoint(proto, netProto, &wq)
-	if terr != nil {
-		return fail(TranslateError(terr))
+	c, err := s.newPing(network, dst.Is6())
+	if err != nil {
+		return fail(err)
 	}
-	defer ep.Close()
-	entry, readable := waiter.NewChannelEntry(waiter.ReadableEvents)
-	wq.EventRegister(&entry)
-	defer wq.EventUnregister(&entry)
+	defer c.Close()
+	// ctx's end is a read deadline in the past, as Go's net turns a
+	// dial's context into a deadline.
+	ended := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(ended)
+		c.SetReadDeadline(time.Unix(1, 0))
+	})
+	defer func() {
+		if !stop() {
+			<-ended
+		}
+	}()
 
 	// The endpoint fills in the identifier (its port) and the checksum;
 	// the sequence number tells our reply from stale ones.
@@ -277,27 +277,16 @@ func (s *Stack) Ping(ctx context.Context, dst netip.Addr, payload []byte) (time.
 	binary.BigEndian.PutUint16(msg[6:], seq)
 	copy(msg[header.ICMPv4MinimumSize:], payload)
 	start := time.Now()
-	r := bytes.NewReader(msg)
-	to := tcpip.FullAddress{Addr: toTCPIP(dst)}
-	if _, terr := ep.Write(r, tcpip.WriteOptions{To: &to}); terr != nil {
-		return fail(TranslateError(terr))
+	if _, err := c.WriteTo(msg, target); err != nil {
+		return fail(err)
 	}
 	buf := make([]byte, len(msg)+64)
 	for {
-		w := tcpip.SliceWriter(buf)
-		res, terr := ep.Read(&w, tcpip.ReadOptions{})
-		if _, wait := terr.(*tcpip.ErrWouldBlock); wait {
-			select {
-			case <-ctx.Done():
-				return fail(ctx.Err())
-			case <-readable:
-			}
-			continue
+		n, _, err := c.ReadFrom(buf)
+		if err != nil {
+			return fail(err)
 		}
-		if terr != nil {
-			return fail(TranslateError(terr))
-		}
-		got := buf[:res.Count]
+		got := buf[:n]
 		if len(got) >= header.ICMPv4MinimumSize && got[0] == reply &&
 			binary.BigEndian.Uint16(got[6:]) == seq && string(got[header.ICMPv4MinimumSize:]) == string(payload) {
 			return time.Since(start), nil

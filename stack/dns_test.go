@@ -21,7 +21,12 @@ const (
 	webName   = "web.ustack.test"   // A B4, AAAA B6
 	multiName = "multi.ustack.test" // A 198.18.0.2 then 198.18.0.3
 	bigName   = "big.ustack.test"   // 40 A records: too many for UDP
+	slowName  = "slow.ustack.test"  // A 198.18.0.77 (nobody: SYNs go unanswered) then B4
 )
+
+// silentAddr is on A's and B's link, but no host has it: a SYN to it is
+// never answered.
+var silentAddr = netip.MustParseAddr("198.18.0.77")
 
 // bigAddrs is what bigName resolves to: more than fits the 512 bytes a
 // plain DNS datagram may carry (dnstest.MaxUDP), so the answer must
@@ -42,6 +47,7 @@ func serveDNS(t *testing.T, st *stack.Stack, addrs ...netip.Addr) *dnstest.Serve
 		webName:   {stacktest.B4, stacktest.B6},
 		multiName: {stacktest.B4, netip.MustParseAddr("198.18.0.3")},
 		bigName:   bigAddrs,
+		slowName:  {silentAddr, stacktest.B4},
 	})
 	t.Cleanup(func() { d.Close() })
 	for _, a := range addrs {
@@ -172,6 +178,31 @@ func TestDialNameTriesEachAddress(t *testing.T) {
 	require.NotNil(t, sc)
 	defer sc.Close()
 	require.Equal(t, netip.AddrPortFrom(second, 81).String(), c.RemoteAddr().String())
+}
+
+// TestDialNameSharesDeadline resolves a name to an address that never
+// answers and then a live one, and dials it with a deadline: the first
+// address gets only its share of the deadline (half of it, for two), so
+// the dial still reaches the second in time. Were the first given the
+// whole deadline, the dial would fail on it.
+func TestDialNameSharesDeadline(t *testing.T) {
+	p, _ := dnsPair(t)
+	ln, err := p.B.Listen("tcp4", netip.AddrPortFrom(stacktest.B4, 82).String())
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := acceptOne(ln)
+	// 4 s: each address's share is 2 s, the floor a share gets
+	// (minAttempt), so the dial takes 2 s and has 2 s left for the live
+	// address.
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Second)
+	defer cancel()
+	c, err := p.A.DialContext(ctx, "tcp4", slowName+":82")
+	require.NoError(t, err, "the silent first address took the whole deadline")
+	defer c.Close()
+	require.Equal(t, netip.AddrPortFrom(stacktest.B4, 82).String(), c.RemoteAddr().String())
+	sc := <-accepted
+	require.NotNil(t, sc)
+	sc.Close()
 }
 
 func TestDialUDPName(t *testing.T) {

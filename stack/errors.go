@@ -2,73 +2,29 @@ package stack
 
 import (
 	"errors"
-	"net"
+	"io"
 	"syscall"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 )
 
-// translated lists the gVisor errors that TranslateError turns into an errno
-// or net.ErrClosed. Keep it in step with TranslateError's cases:
-// TestGonetErrorsTranslated checks that each one here is translated.
-var translated = []tcpip.Error{
-	&tcpip.ErrConnectionRefused{},
-	&tcpip.ErrConnectionReset{},
-	&tcpip.ErrConnectionAborted{},
-	&tcpip.ErrTimeout{},
-	&tcpip.ErrPortInUse{},
-	&tcpip.ErrBadLocalAddress{},
-	&tcpip.ErrHostUnreachable{},
-	&tcpip.ErrHostDown{},
-	&tcpip.ErrNetworkUnreachable{},
-	&tcpip.ErrNoNet{},
-	&tcpip.ErrNoBufferSpace{},
-	&tcpip.ErrInvalidEndpointState{},
-	&tcpip.ErrClosedForSend{},
-}
-
-// byMessage maps the message of each translated gVisor error to
-// TranslateError's translation of it.
-var byMessage = func() map[string]error {
-	m := make(map[string]error, len(translated))
-	for _, e := range translated {
-		m[e.String()] = TranslateError(e)
-	}
-	return m
-}()
-
-// gonetError translates an error made by gonet's conns, on the paths
-// where the stack's conns hand a call to gonet (a wait with a deadline,
-// say). gonet keeps only a gVisor error's message (errors.New of its
-// String), so the error is found again by that message, which comes
-// from the same gVisor types TranslateError translates. Anything else passes
-// unchanged.
-func gonetError(err error) error {
-	op, ok := err.(*net.OpError)
-	if !ok || op.Err == nil {
-		return err
-	}
-	t, ok := byMessage[op.Err.Error()]
-	if !ok {
-		return err
-	}
-	c := *op
-	c.Err = t
-	return &c
-}
-
-// gonetN is gonetError for calls that also return a count.
-func gonetN(n int, err error) (int, error) { return n, gonetError(err) }
-
 // TranslateError is the one translation of a gVisor error into a Go
 // error, made once, at the net.Conn boundary, by every conn and dial of
-// this package, package forward and package wgnet: the errno where one
-// matches, so that errors.Is(err, syscall.ECONNREFUSED) works as it does
-// for the kernel's sockets, and net.ErrClosed for a closed endpoint.
-// Code that drives gVisor endpoints itself (a forward.Handler, say)
-// translates their errors with it too.
+// this package, package forward and package wgnet: the errno a Linux
+// socket gives for it, as gVisor's own Linux system call layer
+// (pkg/syserr) translates it, so that errors.Is(err,
+// syscall.ECONNREFUSED) works as it does for the kernel's sockets; io.EOF
+// for a read past the end of the stream (gVisor's ErrClosedForReceive,
+// which has no errno: Linux's read returns 0). An error gVisor adds after
+// this was written keeps its message, without an errno. Code that drives
+// gVisor endpoints itself (a forward.Handler, say) translates their
+// errors with it too.
 func TranslateError(err tcpip.Error) error {
 	switch err.(type) {
+	case *tcpip.ErrClosedForReceive:
+		return io.EOF
+
+	// Connections.
 	case *tcpip.ErrConnectionRefused:
 		return syscall.ECONNREFUSED
 	case *tcpip.ErrConnectionReset:
@@ -77,20 +33,73 @@ func TranslateError(err tcpip.Error) error {
 		return syscall.ECONNABORTED
 	case *tcpip.ErrTimeout:
 		return syscall.ETIMEDOUT
+	case *tcpip.ErrAborted, *tcpip.ErrClosedForSend:
+		return syscall.EPIPE
+	case *tcpip.ErrNotConnected:
+		return syscall.ENOTCONN
+	case *tcpip.ErrAlreadyConnected:
+		return syscall.EISCONN
+	case *tcpip.ErrAlreadyConnecting:
+		return syscall.EALREADY
+	case *tcpip.ErrConnectStarted:
+		return syscall.EINPROGRESS
+
+	// Reachability.
+	case *tcpip.ErrHostUnreachable:
+		return syscall.EHOSTUNREACH
+	case *tcpip.ErrHostDown:
+		return syscall.EHOSTDOWN
+	case *tcpip.ErrNetworkUnreachable:
+		return syscall.ENETUNREACH
+	case *tcpip.ErrNoNet:
+		return errNoNet
+
+	// Addresses and ports.
 	case *tcpip.ErrPortInUse:
 		return syscall.EADDRINUSE
 	case *tcpip.ErrBadLocalAddress:
 		return syscall.EADDRNOTAVAIL
-	case *tcpip.ErrHostUnreachable, *tcpip.ErrHostDown:
-		return syscall.EHOSTUNREACH
-	case *tcpip.ErrNetworkUnreachable, *tcpip.ErrNoNet:
-		return syscall.ENETUNREACH
+	case *tcpip.ErrNoPortAvailable:
+		return syscall.EAGAIN
+	case *tcpip.ErrDestinationRequired:
+		return syscall.EDESTADDRREQ
+	case *tcpip.ErrAddressFamilyNotSupported:
+		return syscall.EAFNOSUPPORT
+	case *tcpip.ErrBroadcastDisabled:
+		return syscall.EACCES
+	case *tcpip.ErrBadAddress, *tcpip.ErrBadBuffer:
+		return syscall.EFAULT
+	case *tcpip.ErrDuplicateAddress, *tcpip.ErrDuplicateNICID:
+		return syscall.EEXIST
+	case *tcpip.ErrUnknownNICID, *tcpip.ErrUnknownDevice:
+		return syscall.ENODEV
+
+	// Sending and receiving.
+	case *tcpip.ErrWouldBlock:
+		return syscall.EAGAIN
 	case *tcpip.ErrNoBufferSpace:
 		return syscall.ENOBUFS
-	case *tcpip.ErrInvalidEndpointState:
+	case *tcpip.ErrMessageTooLong:
+		return syscall.EMSGSIZE
+	case *tcpip.ErrNotPermitted:
+		return syscall.EPERM
+	case *tcpip.ErrEndpointBusy:
+		return syscall.EBUSY
+
+	// Options and arguments.
+	case *tcpip.ErrNotSupported:
+		return syscall.EOPNOTSUPP
+	case *tcpip.ErrQueueSizeNotSupported:
+		return syscall.ENOTTY
+	case *tcpip.ErrUnknownProtocolOption:
+		return syscall.ENOPROTOOPT
+	case *tcpip.ErrNoSuchFile:
+		return syscall.ENOENT
+	case *tcpip.ErrAlreadyBound, *tcpip.ErrInvalidEndpointState, *tcpip.ErrInvalidOptionValue,
+		*tcpip.ErrInvalidPortRange, *tcpip.ErrMalformedHeader, *tcpip.ErrUnknownProtocol,
+		*tcpip.ErrMulticastInputCannotBeOutput, *tcpip.ErrMissingRequiredFields,
+		*tcpip.ErrInvalidNICID:
 		return syscall.EINVAL
-	case *tcpip.ErrClosedForSend, *tcpip.ErrClosedForReceive:
-		return net.ErrClosed
 	}
 	return errors.New(err.String())
 }

@@ -82,9 +82,11 @@ const minAttempt = 2 * time.Second
 // DialContext returns does not affect the conn. The conns are the ones
 // DialTCP and DialUDP return, with the stack's buffer caching and busy
 // polling. Errors are *net.OpError with Op "dial", this network and the
-// address that failed; a refused connection satisfies errors.Is(err,
-// syscall.ECONNREFUSED), and a dial that ran out of time has Timeout()
-// true and satisfies errors.Is(err, context.DeadlineExceeded).
+// address that failed, its Err the errno a Linux socket gives
+// (TranslateError): a refused connection satisfies errors.Is(err,
+// syscall.ECONNREFUSED), one without a route ENETUNREACH, and a dial that
+// ran out of time has Timeout() true and satisfies errors.Is(err,
+// context.DeadlineExceeded).
 func (s *Stack) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	if ctx == nil {
 		panic("ustack: DialContext with a nil context")

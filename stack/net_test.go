@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/ipv6"
 	"golang.org/x/net/nettest"
 	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/waiter"
 
 	"github.com/ustack-dev/ustack/internal/xfer"
 	"github.com/ustack-dev/ustack/stack"
@@ -275,8 +276,15 @@ func TestPingConnDeadlineAndClose(t *testing.T) {
 		_, _, err := c.ReadFrom(make([]byte, 64))
 		read <- err
 	}()
+	require.Eventually(t, func() bool { return stack.Waiting(c, waiter.EventIn) }, 10*time.Second, 100*time.Microsecond,
+		"the read never waited")
 	require.NoError(t, c.Close())
-	require.ErrorIs(t, <-read, net.ErrClosed)
+	select {
+	case err := <-read:
+		require.ErrorIs(t, err, net.ErrClosed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end the read")
+	}
 	_, err = c.WriteTo([]byte{8, 0, 0, 0, 0, 0, 0, 1}, &net.IPAddr{IP: stacktest.B4.AsSlice()})
 	require.ErrorIs(t, err, net.ErrClosed)
 }
@@ -301,7 +309,7 @@ func TestDialContextRefused(t *testing.T) {
 func TestDialContextCancel(t *testing.T) {
 	p := stacktest.New(t, nil)
 	// Nobody has this on-link address: the handshake never completes.
-	const blackhole = "198.18.0.77:80"
+	blackhole := netip.AddrPortFrom(silentAddr, 80).String()
 
 	t.Run("before", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -311,11 +319,23 @@ func TestDialContextCancel(t *testing.T) {
 	})
 	t.Run("during", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		opened := p.A.Stats().Counter("TCP.ActiveConnectionOpenings")
+		dialed := make(chan error, 1)
 		go func() {
-			time.Sleep(20 * time.Millisecond)
-			cancel()
+			_, err := p.A.DialContext(ctx, "tcp4", blackhole)
+			dialed <- err
 		}()
-		_, err := p.A.DialContext(ctx, "tcp4", blackhole)
+		// Cancel once the SYN is out: the dial is in its handshake.
+		require.Eventually(t, func() bool { return p.A.Stats().Counter("TCP.ActiveConnectionOpenings") > opened }, 10*time.Second, 100*time.Microsecond,
+			"the dial never sent its SYN")
+		cancel()
+		var err error
+		select {
+		case err = <-dialed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("cancelling did not end the dial")
+		}
 		var op *net.OpError
 		require.ErrorAs(t, err, &op)
 		require.Equal(t, "tcp4", op.Net)
@@ -411,9 +431,8 @@ func TestNetClosedStack(t *testing.T) {
 	require.ErrorIs(t, err, stack.ErrClosed)
 }
 
-// TestConnResetTranslated resets a connection under a reader: the error
-// is ECONNRESET, whether the read waits in the stack's conn or, with a
-// deadline set, in gonet's.
+// TestConnResetTranslated resets a connection under a reader that waits
+// for data, with and without a read deadline: the error is ECONNRESET.
 func TestConnResetTranslated(t *testing.T) {
 	for _, deadline := range []bool{false, true} {
 		t.Run(fmt.Sprintf("deadline=%v", deadline), func(t *testing.T) {
@@ -426,7 +445,7 @@ func TestConnResetTranslated(t *testing.T) {
 			require.NoError(t, err)
 			defer c.Close()
 			if deadline {
-				require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+				require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Hour)))
 			}
 			sc := <-accepted
 			require.NotNil(t, sc)
@@ -437,8 +456,14 @@ func TestConnResetTranslated(t *testing.T) {
 				_, err := c.Read(make([]byte, 16))
 				read <- err
 			}()
+			require.Eventually(t, func() bool { return stack.Waiting(c, waiter.EventIn) }, 10*time.Second, 100*time.Microsecond,
+				"the read never waited")
 			require.NoError(t, sc.Close())
-			err = <-read
+			select {
+			case err = <-read:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the reset did not end the read")
+			}
 			var op *net.OpError
 			require.ErrorAs(t, err, &op)
 			require.Equal(t, "read", op.Op)

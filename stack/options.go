@@ -83,12 +83,13 @@ type CacheMode uint8
 const (
 	// CacheDefault is DefaultCache.
 	CacheDefault CacheMode = iota
-	// CacheOn: each conn keeps its own read and write scratch (what gonet
-	// allocates per call), so a read that finds data and a write that
-	// finds room allocate nothing in our layer.
+	// CacheOn: each conn keeps its own read and write scratch and waiter
+	// entries (what gVisor's gonet adapters allocate per call), so a read
+	// that finds data, a write that finds room and a wait allocate
+	// nothing in our layer.
 	CacheOn
-	// CacheOff: conns are gonet's as they are (unless busy polling wraps
-	// them), allocating per call; for comparison.
+	// CacheOff: each call allocates its scratch, as gonet's conns do; for
+	// comparison.
 	CacheOff
 )
 

@@ -1,21 +1,15 @@
 package stack
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
-	"sync"
-	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
 	"gvisor.dev/gvisor/pkg/waiter"
-
-	"github.com/ustack-dev/ustack/internal/deadline"
 )
 
 // parseICMPNetwork recognises "ip4:..." and "ip6:..." networks. ok says
@@ -90,12 +84,13 @@ func (s *Stack) newPing(network string, v6 bool) (*pingConn, error) {
 	if v6 {
 		proto, netProto = icmp.ProtocolNumber6, protocolOf(netip.IPv6Unspecified())
 	}
-	c := &pingConn{network: network, v6: v6, wq: new(waiter.Queue), done: make(chan struct{})}
-	ep, terr := s.s.NewEndpoint(proto, netProto, c.wq)
+	wq := new(waiter.Queue)
+	ep, terr := s.s.NewEndpoint(proto, netProto, wq)
 	if terr != nil {
 		return nil, TranslateError(terr)
 	}
-	c.ep = ep
+	c := &pingConn{v6: v6}
+	c.init(network, ep, wq, nil, s.cache)
 	return c, nil
 }
 
@@ -103,15 +98,9 @@ func (s *Stack) newPing(network string, v6 bool) (*pingConn, error) {
 // SOCK_DGRAM IPPROTO_ICMP) as a net.PacketConn, and as a net.Conn when
 // dialed. It is safe for concurrent use.
 type pingConn struct {
-	ep      tcpip.Endpoint
-	wq      *waiter.Queue
-	network string
-	v6      bool
-	raddr   *net.IPAddr // the peer of a dialed conn; nil if listening
-
-	rd, wd    deadline.Deadline
-	done      chan struct{} // closed by Close
-	closeOnce sync.Once
+	sock
+	v6    bool
+	raddr *net.IPAddr // the peer of a dialed conn; nil if listening
 }
 
 var (
@@ -123,69 +112,14 @@ func (c *pingConn) opError(op string, addr net.Addr, err error) error {
 	return &net.OpError{Op: op, Net: c.network, Source: c.LocalAddr(), Addr: addr, Err: err}
 }
 
-// wait blocks until the endpoint signals one of mask, the deadline d
-// passes or the conn closes, registering on the first call (entry nil):
-// the caller retries its operation after the first call without
-// waiting, so an event between its try and the registration is not
-// missed.
-func (c *pingConn) wait(entry *waiter.Entry, ready *chan struct{}, mask waiter.EventMask, d *deadline.Deadline) error {
-	if *ready == nil {
-		*entry, *ready = waiter.NewChannelEntry(mask)
-		c.wq.EventRegister(entry)
-		return nil
-	}
-	select {
-	case <-*ready:
-		return nil
-	case <-d.Done():
-		return os.ErrDeadlineExceeded
-	case <-c.done:
-		return net.ErrClosed
-	}
-}
-
-// check fails an operation before it starts on a closed conn or a passed
-// deadline, as Go's sockets do even when data is waiting.
-func (c *pingConn) check(d *deadline.Deadline) error {
-	select {
-	case <-c.done:
-		return net.ErrClosed
-	case <-d.Done():
-		return os.ErrDeadlineExceeded
-	default:
-		return nil
-	}
-}
-
 // ReadFrom implements net.PacketConn: it reads one ICMP message (header
 // first) into b, truncated to len(b), and returns its source.
 func (c *pingConn) ReadFrom(b []byte) (int, net.Addr, error) {
-	if err := c.check(&c.rd); err != nil {
+	res, err := c.read(b, tcpip.ReadOptions{NeedRemoteAddr: true})
+	if err != nil {
 		return 0, nil, c.opError("read", nil, err)
 	}
-	var entry waiter.Entry
-	var ready chan struct{}
-	defer func() {
-		if ready != nil {
-			c.wq.EventUnregister(&entry)
-		}
-	}()
-	for {
-		w := tcpip.SliceWriter(b)
-		res, terr := c.ep.Read(&w, tcpip.ReadOptions{NeedRemoteAddr: true})
-		if _, block := terr.(*tcpip.ErrWouldBlock); !block {
-			if terr != nil {
-				if c.check(&c.rd) == net.ErrClosed {
-					return 0, nil, c.opError("read", nil, net.ErrClosed)
-				}
-				return 0, nil, c.opError("read", nil, TranslateError(terr))
-			}
-			return res.Count, &net.IPAddr{IP: res.RemoteAddr.Addr.AsSlice()}, nil
-		}
-		if err := c.wait(&entry, &ready, waiter.ReadableEvents, &c.rd); err != nil {
-			return 0, nil, c.opError("read", nil, err)
-		}
-	}
+	return res.Count, &net.IPAddr{IP: res.RemoteAddr.Addr.AsSlice()}, nil
 }
 
 // Read implements net.Conn.
@@ -198,7 +132,7 @@ func (c *pingConn) Read(b []byte) (int, error) {
 // first, and addr a *net.IPAddr of the socket's IP version.
 func (c *pingConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 	ia, ok := addr.(*net.IPAddr)
-	if !ok {
+	if !ok || ia == nil {
 		return 0, c.opError("write", addr, fmt.Errorf("destination %v is a %T: want a *net.IPAddr", addr, addr))
 	}
 	a, ok := netip.AddrFromSlice(ia.IP)
@@ -206,7 +140,7 @@ func (c *pingConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 		return 0, c.opError("write", addr, fmt.Errorf("destination %v is not an IPv%s address", addr, icmpFamily(c.v6).version()))
 	}
 	to := tcpip.FullAddress{Addr: toTCPIP(a)}
-	return c.write(b, &to, addr)
+	return c.send(b, &to, addr)
 }
 
 // Write implements net.Conn, for a dialed conn.
@@ -214,42 +148,20 @@ func (c *pingConn) Write(b []byte) (int, error) {
 	if c.raddr == nil {
 		return 0, c.opError("write", nil, fmt.Errorf("not connected: use WriteTo, or dial the %s destination", c.network))
 	}
-	return c.write(b, nil, c.raddr)
+	return c.send(b, nil, c.raddr)
 }
 
-func (c *pingConn) write(b []byte, to *tcpip.FullAddress, addr net.Addr) (int, error) {
-	if err := c.check(&c.wd); err != nil {
-		return 0, c.opError("write", addr, err)
+func (c *pingConn) send(b []byte, to *tcpip.FullAddress, addr net.Addr) (int, error) {
+	n, err := c.write(b, to, false)
+	if err != nil {
+		return n, c.opError("write", addr, err)
 	}
-	var entry waiter.Entry
-	var ready chan struct{}
-	defer func() {
-		if ready != nil {
-			c.wq.EventUnregister(&entry)
-		}
-	}()
-	for {
-		n, terr := c.ep.Write(bytes.NewReader(b), tcpip.WriteOptions{To: to})
-		if _, block := terr.(*tcpip.ErrWouldBlock); !block {
-			if terr != nil {
-				return int(n), c.opError("write", addr, TranslateError(terr))
-			}
-			return int(n), nil
-		}
-		if err := c.wait(&entry, &ready, waiter.WritableEvents, &c.wd); err != nil {
-			return 0, c.opError("write", addr, err)
-		}
-	}
+	return n, nil
 }
 
 // Close implements net.Conn; it wakes reads and writes in progress.
 func (c *pingConn) Close() error {
-	c.closeOnce.Do(func() {
-		close(c.done)
-		c.rd.Stop()
-		c.wd.Stop()
-		c.ep.Close()
-	})
+	c.close()
 	return nil
 }
 
@@ -271,23 +183,4 @@ func (c *pingConn) RemoteAddr() net.Addr {
 		return nil
 	}
 	return c.raddr
-}
-
-// SetDeadline implements net.Conn.
-func (c *pingConn) SetDeadline(t time.Time) error {
-	c.rd.Set(t)
-	c.wd.Set(t)
-	return nil
-}
-
-// SetReadDeadline implements net.Conn.
-func (c *pingConn) SetReadDeadline(t time.Time) error {
-	c.rd.Set(t)
-	return nil
-}
-
-// SetWriteDeadline implements net.Conn.
-func (c *pingConn) SetWriteDeadline(t time.Time) error {
-	c.wd.Set(t)
-	return nil
 }

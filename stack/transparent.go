@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
@@ -85,8 +84,5 @@ func (s *Stack) Transparent() bool { return s.transparent != nil }
 // forwarder, say) in the conn DialTCP returns, with the stack's busy
 // polling and buffer cache. The conn owns ep from here on.
 func (s *Stack) NewTCPConn(wq *waiter.Queue, ep tcpip.Endpoint) TCPConn {
-	if s.poller.Enabled() || s.cache {
-		return newTCPConn(wq, ep, s.poller, s.cache)
-	}
-	return gonet.NewTCPConn(wq, ep)
+	return newTCPConn(wq, ep, s.poller, s.cache)
 }
