@@ -297,7 +297,11 @@ func (s *Stack) lookup(ctx context.Context, fam family, host string) ([]netip.Ad
 		}
 		return []netip.Addr{a}, nil
 	}
-	found, err := s.dns.r.LookupNetIP(ctx, fam.lookupNetwork(), host)
+	lookup := s.dns.r.LookupNetIP
+	if s.lookupHost != nil {
+		lookup = s.lookupHost
+	}
+	found, err := lookup(ctx, fam.lookupNetwork(), host)
 	if err != nil {
 		return nil, err
 	}

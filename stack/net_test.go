@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"syscall"
+	"sync"
 	"testing"
 	"time"
 
@@ -470,4 +471,44 @@ func TestConnResetTranslated(t *testing.T) {
 			require.ErrorIs(t, err, syscall.ECONNRESET)
 		})
 	}
+}
+
+// TestDialContextLookup: with Options.Lookup the stack's dials resolve
+// names through it, asking for the network's IP version, and try the
+// addresses in its order; the stack's DNS servers are not asked.
+func TestDialContextLookup(t *testing.T) {
+	var asked []string
+	var mu sync.Mutex
+	lookup := func(ctx context.Context, network, host string) ([]netip.Addr, error) {
+		mu.Lock()
+		asked = append(asked, network+" "+host)
+		mu.Unlock()
+		if host != "peer.test" {
+			return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+		}
+		return []netip.Addr{stacktest.B6, stacktest.B4}, nil
+	}
+	p, err := stacktest.Build(&stacktest.Options{Stack: &stack.Options{Lookup: lookup}})
+	require.NoError(t, err)
+	defer p.Close()
+	ln, err := p.B.Listen("tcp", ":7")
+	require.NoError(t, err)
+	defer ln.Close()
+	for _, tc := range []struct {
+		network string
+		want    netip.Addr
+	}{{"tcp", stacktest.B6}, {"tcp4", stacktest.B4}} {
+		accepted := acceptOne(ln)
+		c, err := p.A.DialContext(context.Background(), tc.network, "peer.test:7")
+		require.NoError(t, err, tc.network)
+		require.Equal(t, tc.want, c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap(), "%s: the first address of the version, in Lookup's order", tc.network)
+		c.Close()
+		if sc := <-accepted; sc != nil {
+			sc.Close()
+		}
+	}
+	_, err = p.A.DialContext(context.Background(), "tcp", "nowhere.test:7")
+	var dnsErr *net.DNSError
+	require.ErrorAs(t, err, &dnsErr)
+	require.Equal(t, []string{"ip peer.test", "ip4 peer.test", "ip nowhere.test"}, asked)
 }

@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"time"
@@ -68,6 +69,12 @@ type Options struct {
 	// names, ask through this stack, on port 53, first one first (see
 	// Resolver). Empty means names cannot be resolved: dial addresses.
 	DNS []netip.Addr
+	// Lookup, if not nil, resolves the host names DialContext and Listen
+	// are given, in place of Resolver: for a stack whose names resolve
+	// elsewhere (package wgnet resolves them as wireguard-go's netstack
+	// does). network is "ip", "ip4" or "ip6"; the addresses are tried in
+	// the order returned. Resolver itself still asks DNS.
+	Lookup func(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
 // DefaultUDPWait is what a zero Options.UDPWait stands for: long enough

@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -30,12 +31,13 @@ type Stack struct {
 
 	routing     bool // Options.Routing: NICs get no receive coalescing
 	udpRecvErr  bool
-	udpWait     time.Duration        // Options.UDPWait with its default; <= 0: never
-	poller      *poll.Poller         // busy polling; Mode off when disabled
-	cache       bool                 // conns keep their scratch (Options.Cache)
-	dns         *resolver            // Options.DNS behind Resolver (resolve.go)
-	transparent *transparentHandlers // Options.Transparent: nil when off
-	delayedACK  time.Duration        // TCPOptions.DelayedACK with its default; <= 0: off
+	udpWait     time.Duration                                                         // Options.UDPWait with its default; <= 0: never
+	poller      *poll.Poller                                                          // busy polling; Mode off when disabled
+	cache       bool                                                                  // conns keep their scratch (Options.Cache)
+	dns         *resolver                                                             // Options.DNS behind Resolver (resolve.go)
+	lookupHost  func(ctx context.Context, network, host string) ([]netip.Addr, error) // Options.Lookup; nil: dns
+	transparent *transparentHandlers                                                  // Options.Transparent: nil when off
+	delayedACK  time.Duration                                                         // TCPOptions.DelayedACK with its default; <= 0: off
 
 	mu     sync.Mutex // guards nics and closed
 	nics   []*nic
@@ -95,6 +97,7 @@ func New(opts *Options) (*Stack, error) {
 	}
 	st := &Stack{s: s, routing: o.Routing, udpRecvErr: o.UDPRecvErr, udpWait: o.UDPWait, poller: p, cache: o.Cache.On(), delayedACK: tcpOpts.DelayedACK}
 	st.dns = newResolver(st, o.DNS)
+	st.lookupHost = o.Lookup
 	if o.Transparent {
 		st.transparent = installTransparentHandlers(s)
 	}

@@ -3,19 +3,10 @@ package wgnet
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
-	"strconv"
-	"time"
+	"strings"
 )
-
-// minAttempt is the least time each address of a multi-address TCP dial
-// gets before the next is tried, as long as the whole deadline allows
-// it: 2 s, the floor of wireguard-go's netstack, Go's net and
-// stack.DialContext, so that one address that does not answer does not
-// eat the time of the ones after it.
-const minAttempt = 2 * time.Second
 
 // errNoSuitableAddress is a name that resolved only to addresses of the
 // other IP version than the network asks for.
@@ -26,89 +17,50 @@ var errNoSuitableAddress = errors.New("no suitable address found: the name has n
 // port) through the tunnel, as wireguard-go's netstack does: a name is
 // resolved with LookupContextHost, and its addresses of the network's IP
 // version are tried in that order until one connects or ctx ends, each
-// TCP attempt within its share of ctx's deadline (at least minAttempt).
-//
-// It does not use the stack's own DialContext, which resolves with the
-// stack's Resolver: that one answers from the host's /etc/hosts and
-// orders addresses by the host's routes, where a tunnel's client expects
-// the tunnel's DNS servers and wireguard-go's order (see
-// LookupContextHost).
+// TCP attempt within its share of ctx's deadline. TCP and UDP go through
+// the stack's own DialContext, whose name lookup is LookupContextHost
+// (stack.Options.Lookup), not the stack's Resolver: that one answers from
+// the host's /etc/hosts and orders addresses by the host's routes, where
+// a tunnel's client expects the tunnel's DNS servers and wireguard-go's
+// order.
 func (n *Net) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	if ctx == nil {
 		panic("wgnet: DialContext with a nil context")
 	}
-	proto, version := network, byte(0)
-	if l := len(network); l > 0 && (network[l-1] == '4' || network[l-1] == '6') {
-		proto, version = network[:l-1], network[l-1]
-	}
-	if proto != "tcp" && proto != "udp" && proto != "ping" {
+	switch network {
+	case "tcp", "tcp4", "tcp6", "udp", "udp4", "udp6":
+		return n.s.DialContext(ctx, network, address)
+	case "ping", "ping4", "ping6":
+	default:
 		return nil, &net.OpError{Op: "dial", Net: network, Err: net.UnknownNetworkError(network)}
 	}
-	host, port := address, uint16(0)
-	if proto != "ping" {
-		h, sport, err := net.SplitHostPort(address)
-		if err != nil {
-			return nil, &net.OpError{Op: "dial", Net: network, Err: err}
-		}
-		p, err := strconv.ParseUint(sport, 10, 16)
-		if err != nil {
-			return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("port %q: must be a number from 0 to 65535", sport)}
-		}
-		host, port = h, uint16(p)
-	}
-	names, err := n.LookupContextHost(ctx, host)
+	// A ping "connects" at once, to the first address of the version.
+	addrs, err := n.lookupNetIP(ctx, "ip"+strings.TrimPrefix(network, "ping"), address)
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+	}
+	return n.dialPing(ctx, netip.Addr{}, addrs[0])
+}
+
+// lookupNetIP resolves host as LookupContextHost does, to the addresses
+// of network's IP version ("ip", "ip4", "ip6"), in its order: the
+// stack's name lookup (stack.Options.Lookup).
+func (n *Net) lookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	names, err := n.LookupContextHost(ctx, host)
+	if err != nil {
+		return nil, err
 	}
 	var addrs []netip.Addr
 	for _, s := range names {
 		a, err := netip.ParseAddr(s)
-		if err == nil && (version == 0 || (version == '4') == a.Is4()) {
+		if err == nil && (network == "ip" || (network == "ip4") == a.Is4()) {
 			addrs = append(addrs, a.WithZone(""))
 		}
 	}
 	if len(addrs) == 0 {
-		return nil, &net.OpError{Op: "dial", Net: network, Err: errNoSuitableAddress}
+		return nil, errNoSuitableAddress
 	}
-	var first error
-	for i, a := range addrs {
-		if err := ctx.Err(); err != nil {
-			if first == nil {
-				first = &net.OpError{Op: "dial", Net: network, Err: err}
-			}
-			break
-		}
-		c, err := n.dialOne(ctx, proto, netip.AddrPortFrom(a, port), len(addrs)-i)
-		if err == nil {
-			return c, nil
-		}
-		if first == nil {
-			first = err
-		}
-	}
-	return nil, first
-}
-
-// dialOne dials one address, a TCP one within its share of ctx's
-// deadline, left addresses (this one included) still to try.
-func (n *Net) dialOne(ctx context.Context, proto string, ap netip.AddrPort, left int) (net.Conn, error) {
-	switch proto {
-	case "udp":
-		return n.DialUDPAddrPort(netip.AddrPort{}, ap)
-	case "ping":
-		pc, err := n.dialPing(ctx, netip.Addr{}, ap.Addr())
-		if err != nil {
-			return nil, err
-		}
-		return pc, nil
-	}
-	if deadline, ok := ctx.Deadline(); ok && left > 1 {
-		remaining := time.Until(deadline)
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, max(remaining/time.Duration(left), min(minAttempt, remaining)))
-		defer cancel()
-	}
-	return n.DialContextTCPAddrPort(ctx, ap)
+	return addrs, nil
 }
 
 // Dial is DialContext without a deadline.

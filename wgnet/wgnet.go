@@ -1,6 +1,7 @@
 package wgnet
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -129,7 +130,13 @@ func CreateNetTUNWithOptions(localAddresses, dnsServers []netip.Addr, mtu int, o
 	if err != nil {
 		return nil, nil, fmt.Errorf("wgnet: %w", err)
 	}
-	s, err := stack.New(&stack.Options{TCP: o.TCP, BusyPoll: o.BusyPoll, Cache: o.Cache, Transparent: o.Transparent})
+	// The stack resolves names as the Net does (LookupContextHost), once
+	// the Net exists.
+	var n *Net
+	lookup := func(ctx context.Context, network, host string) ([]netip.Addr, error) {
+		return n.lookupNetIP(ctx, network, host)
+	}
+	s, err := stack.New(&stack.Options{TCP: o.TCP, BusyPoll: o.BusyPoll, Cache: o.Cache, Transparent: o.Transparent, Lookup: lookup})
 	if err != nil {
 		ep.Close()
 		return nil, nil, fmt.Errorf("wgnet: %w", err)
@@ -148,7 +155,7 @@ func CreateNetTUNWithOptions(localAddresses, dnsServers []netip.Addr, mtu int, o
 		s.Close()
 		return nil, nil, fmt.Errorf("wgnet: set the socket receive buffer to %d bytes: %w", o.SocketReceiveBuffer, stack.TranslateError(terr))
 	}
-	n := &Net{s: s, ep: ep, dnsServers: append([]netip.Addr(nil), dnsServers...), dnsTimeout: dnsTimeout}
+	n = &Net{s: s, ep: ep, dnsServers: append([]netip.Addr(nil), dnsServers...), dnsTimeout: dnsTimeout}
 	nic, err := s.AddNIC(ep, &stack.NICOptions{Name: "wg", Qdisc: o.Qdisc, QdiscOptions: o.QdiscOptions})
 	if err != nil {
 		ep.Close()
