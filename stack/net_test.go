@@ -9,8 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"syscall"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
