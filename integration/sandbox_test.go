@@ -29,6 +29,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
+	"github.com/ustack-dev/ustack/forward"
 	"github.com/ustack-dev/ustack/internal/dnstest"
 	"github.com/ustack-dev/ustack/internal/netns/netnstest"
 	"github.com/ustack-dev/ustack/internal/xfer"
@@ -471,14 +472,14 @@ func TestSandboxPolicy(t *testing.T) {
 		cfg    sandbox.Config
 		dial   string
 		want   string
-		reason sandbox.Reason
+		reason forward.Reason
 	}{
 		{"relayed", sandbox.Config{}, target, "ok\n", -1},
-		{"host-loopback-off", sandbox.Config{}, netip.AddrPortFrom(sandbox.DefaultGateway4, loop.http.Port()).String(), "refused\n", sandbox.HostLoopback},
-		{"denied", sandbox.Config{Deny: []netip.Prefix{netip.MustParsePrefix("198.18.99.0/24")}}, target, "refused\n", sandbox.Denied},
-		{"not-allowed", sandbox.Config{Allow: []netip.Prefix{netip.MustParsePrefix("198.18.100.0/24")}}, target, "refused\n", sandbox.Denied},
+		{"host-loopback-off", sandbox.Config{}, netip.AddrPortFrom(sandbox.DefaultGateway4, loop.http.Port()).String(), "refused\n", forward.HostLoopback},
+		{"denied", sandbox.Config{Deny: []netip.Prefix{netip.MustParsePrefix("198.18.99.0/24")}}, target, "refused\n", forward.Denied},
+		{"not-allowed", sandbox.Config{Allow: []netip.Prefix{netip.MustParsePrefix("198.18.100.0/24")}}, target, "refused\n", forward.Denied},
 		{"allowed", sandbox.Config{Allow: []netip.Prefix{extra}}, target, "ok\n", -1},
-		{"link-local", sandbox.Config{}, "169.254.169.254:80", "refused\n", sandbox.Reserved},
+		{"link-local", sandbox.Config{}, "169.254.169.254:80", "refused\n", forward.Reserved},
 	}
 	// Pings: relayed through the host's raw ICMP socket, or refused.
 	ping := func(t *testing.T, cfg sandbox.Config, addr string) (sandbox.Stats, error) {
@@ -499,7 +500,7 @@ func TestSandboxPolicy(t *testing.T) {
 		require.Equal(t, uint64(1), st.PingsDown)
 		st, err = ping(t, sandbox.Config{Deny: []netip.Prefix{extra}}, extra.Addr().String())
 		require.Error(t, err, "a denied ping gets no answer")
-		require.Equal(t, uint64(1), st.Refused[sandbox.Denied])
+		require.Equal(t, uint64(1), st.Refused[forward.Denied])
 		require.Zero(t, st.PingsUp)
 	})
 	for _, tc := range cases {
@@ -648,14 +649,14 @@ func TestSandboxFlood(t *testing.T) {
 	st := sb.Stats()
 	t.Logf("after the flood: %+v", st)
 	require.LessOrEqual(t, st.UDPOpened, uint64(maxUDP), "UDP mappings")
-	require.NotZero(t, st.Refused[sandbox.UDPLimit])
-	require.NotZero(t, st.Refused[sandbox.HalfOpen])
+	require.NotZero(t, st.Refused[forward.UDPLimit])
+	require.NotZero(t, st.Refused[forward.HalfOpen])
 	require.LessOrEqual(t, st.HalfOpen, int64(maxHalf))
 	// The TUN endpoint checks checksums the kernel did not vouch for, so
 	// the broken ones die there; the short packets in gVisor's IP layer.
 	nic, ok := sb.Stack().Stats().NIC(sb.Device())
 	require.True(t, ok)
-	require.NotZero(t, nic.Link.RXBadChecksum+st.Refused[sandbox.Malformed], "bad checksums counted")
+	require.NotZero(t, nic.Link.RXBadChecksum+st.Refused[forward.Malformed], "bad checksums counted")
 	require.NotZero(t, nic.Link.RXMalformed+sb.Stack().Stats().Counter("IP.MalformedPacketsReceived"), "short packets counted")
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
@@ -703,12 +704,12 @@ func TestSandboxLimits(t *testing.T) {
 		name    string
 		cfg     sandbox.Config
 		want    string
-		reason  sandbox.Reason
+		reason  forward.Reason
 		refused uint64
 	}{
-		{"tcp", sandbox.Config{AllowHostLoopback: true, MaxTCP: 3}, "ok 3 refused 2\n", sandbox.TCPLimit, 2},
-		{"flows", sandbox.Config{AllowHostLoopback: true, MaxFlows: 2}, "ok 2 refused 3\n", sandbox.FlowLimit, 3},
-		{"budget", sandbox.Config{AllowHostLoopback: true, TCPBuffer: 64 << 10, MemoryBudget: 4 * 64 << 10}, "ok 2 refused 3\n", sandbox.Budget, 3},
+		{"tcp", sandbox.Config{AllowHostLoopback: true, MaxTCP: 3}, "ok 3 refused 2\n", forward.TCPLimit, 2},
+		{"flows", sandbox.Config{AllowHostLoopback: true, MaxFlows: 2}, "ok 2 refused 3\n", forward.FlowLimit, 3},
+		{"budget", sandbox.Config{AllowHostLoopback: true, TCPBuffer: 64 << 10, MemoryBudget: 4 * 64 << 10}, "ok 2 refused 3\n", forward.Budget, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sb, err := sandbox.New(&tc.cfg)
@@ -730,7 +731,7 @@ func TestSandboxLimits(t *testing.T) {
 		out, err := inSandbox(t, sb, "udpsend", netip.AddrPortFrom(sandbox.DefaultGateway4, 0).String())
 		require.NoError(t, err)
 		require.Equal(t, "sent\n", out)
-		require.Eventually(t, func() bool { return sb.Stats().Refused[sandbox.HostError] == 1 }, 10*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return sb.Stats().Refused[forward.HostError] == 1 }, 10*time.Second, time.Millisecond)
 	})
 	t.Run("udp-idle", func(t *testing.T) {
 		sb, err := sandbox.New(&sandbox.Config{AllowHostLoopback: true, UDPIdleTimeout: 100 * time.Millisecond})

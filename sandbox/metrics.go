@@ -1,6 +1,9 @@
 package sandbox
 
-import "github.com/ustack-dev/ustack/metrics/family"
+import (
+	"github.com/ustack-dev/ustack/forward"
+	"github.com/ustack-dev/ustack/metrics/family"
+)
 
 // The sandbox's metric families; its stack is exported by
 // metrics.NewStack(s.Stack()).
@@ -36,7 +39,7 @@ func (s *Sandbox) Metrics() family.Source {
 		n(udpPktFamily, st.UDPPacketsDown, "down")
 		n(pingFamily, st.PingsUp, "up")
 		n(pingFamily, st.PingsDown, "down")
-		for _, r := range Reasons() {
+		for _, r := range forward.Reasons() {
 			n(refusedFamily, st.Refused[r], r.String())
 		}
 		for _, e := range []struct {

@@ -7,29 +7,6 @@ import (
 	"github.com/ustack-dev/ustack/forward"
 )
 
-// Reason says why a flow or datagram was refused: forward's reasons.
-type Reason = forward.Reason
-
-// The reasons for refusing, in Stats.Refused (see package forward).
-const (
-	HostLoopback = forward.HostLoopback
-	Denied       = forward.Denied
-	Reserved     = forward.Reserved
-	FlowLimit    = forward.FlowLimit
-	TCPLimit     = forward.TCPLimit
-	UDPLimit     = forward.UDPLimit
-	HalfOpen     = forward.HalfOpen
-	NoDNS        = forward.NoDNS
-	Malformed    = forward.Malformed
-	HostError    = forward.HostError
-	Budget       = forward.Budget
-	// Unsupported: UDP or ICMP echo that Config.Proxy does not carry.
-	Unsupported = forward.Unsupported
-)
-
-// Reasons lists every Reason, for tables and metrics.
-func Reasons() []Reason { return forward.Reasons() }
-
 // Stats counts what the sandbox relayed and refused: its relay's counters
 // (forward.Stats; Up is from the sandbox, Down to it) and its port
 // forwards'.

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/ustack-dev/ustack/forward"
 	"github.com/ustack-dev/ustack/metrics"
 	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sandbox"
@@ -499,7 +500,7 @@ func writeTunStats(w io.Writer, name string, st sandbox.Stats) {
 	fmt.Fprintf(w, "%s: tcp bytes up %d down %d, udp datagrams up %d down %d (dropped %d), pings up %d down %d, connects failed %d, resets %d\n",
 		name, st.TCPBytesUp, st.TCPBytesDown, st.UDPPacketsUp, st.UDPPacketsDown, st.UDPDropped, st.PingsUp, st.PingsDown, st.ConnectFailed, st.TCPResets)
 	var refused []string
-	for _, r := range sandbox.Reasons() {
+	for _, r := range forward.Reasons() {
 		if n := st.Refused[r]; n > 0 {
 			refused = append(refused, fmt.Sprintf("%s %d", r, n))
 		}
