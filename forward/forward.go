@@ -113,10 +113,10 @@ func New(st *stack.Stack, h Handler, o *Options) (*Forwarder, error) {
 	}
 	for _, id := range nics {
 		if terr := f.gs.SetPromiscuousMode(id, true); terr != nil {
-			return nil, fmt.Errorf("forward: promiscuous mode on NIC %d: %s", id, terr)
+			return nil, fmt.Errorf("forward: promiscuous mode on NIC %d: %w", id, stack.TranslateError(terr))
 		}
 		if terr := f.gs.SetSpoofing(id, true); terr != nil {
-			return nil, fmt.Errorf("forward: spoofing on NIC %d: %s", id, terr)
+			return nil, fmt.Errorf("forward: spoofing on NIC %d: %w", id, stack.TranslateError(terr))
 		}
 	}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
@@ -125,7 +125,7 @@ func New(st *stack.Stack, h Handler, o *Options) (*Forwarder, error) {
 	for _, p := range []struct {
 		num tcpip.TransportProtocolNumber
 		h   stack.TransparentHandler
-	}{{tcp.ProtocolNumber, fwd.HandlePacket}, {udp.ProtocolNumber, f.handleUDP}, {icmp.ProtocolNumber4, f.handleEcho}, {icmp.ProtocolNumber6, f.handleEcho}} {
+	}{{tcp.ProtocolNumber, fwd.HandlePacket}, {udp.ProtocolNumber, f.handleUDP}, {icmp.ProtocolNumber4, f.handlePing}, {icmp.ProtocolNumber6, f.handlePing}} {
 		if err := st.SetTransparentHandler(p.num, p.h); err != nil {
 			f.detach()
 			return nil, fmt.Errorf("forward: %w", err)

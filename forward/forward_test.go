@@ -354,9 +354,9 @@ func TestFlowLimits(t *testing.T) {
 	if err == nil {
 		d.Close()
 	}
-	// A4:9 has no listener: the dial fails, but it was counted as a flow
-	// and then released.
-	require.Error(t, err)
+	// A4:9 has no listener: A's reset is the errno, as from the kernel;
+	// the dial was counted as a flow and then released.
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
 	c2, err := e.A.DialTCP(context.Background(), netip.AddrPortFrom(farDst.Addr(), 82))
 	require.NoError(t, err)
 	defer c2.Close()
@@ -535,4 +535,74 @@ func TestPingWithoutHandler(t *testing.T) {
 	defer cancel()
 	_, err = e.A.Ping(ctx, stacktest.B6, nil)
 	require.NoError(t, err)
+}
+
+// TestDialErrors checks the errors of the Forwarder's own dials: a
+// refusal by a limit is a *RefusedError with its Reason inside the usual
+// *net.OpError; a reset from the peer is ECONNREFUSED.
+func TestDialErrors(t *testing.T) {
+	e := newEnv(t, funcs{}, &Options{MaxTCP: 1, MaxUDP: 1})
+	ln, err := e.A.ListenTCP(netip.AddrPortFrom(stacktest.A4, 0))
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c
+		}
+		close(accepted)
+	}()
+	c, err := e.fw.DialTCP(context.Background(), ln.Addr().(*net.TCPAddr).AddrPort())
+	require.NoError(t, err)
+	defer c.Close()
+	peer := recv(t, accepted, "A accepts the Forwarder's connection")
+	defer peer.Close()
+	u, err := e.fw.DialUDP(netip.AddrPortFrom(stacktest.A4, 53))
+	require.NoError(t, err)
+	defer u.Close()
+
+	for _, tc := range []struct {
+		name   string
+		dial   func() error
+		reason Reason
+	}{
+		{"tcp", func() error {
+			_, err := e.fw.DialTCP(context.Background(), netip.AddrPortFrom(stacktest.A4, 9))
+			return err
+		}, TCPLimit},
+		{"udp", func() error { _, err := e.fw.DialUDP(netip.AddrPortFrom(stacktest.A4, 54)); return err }, UDPLimit},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.dial()
+			var op *net.OpError
+			require.ErrorAs(t, err, &op)
+			require.Equal(t, "dial", op.Op)
+			var re *RefusedError
+			require.ErrorAs(t, err, &re)
+			require.Equal(t, tc.reason, re.Reason)
+			require.NotErrorIs(t, err, syscall.ECONNREFUSED, "a refusal of the Forwarder's is not the peer's reset")
+		})
+	}
+	require.NoError(t, c.Close())
+	_, err = e.fw.DialTCP(context.Background(), netip.AddrPortFrom(stacktest.A4, 9))
+	require.ErrorIs(t, err, syscall.ECONNREFUSED, "A has no listener on port 9: its reset")
+	var re *RefusedError
+	require.False(t, errors.As(err, &re))
+}
+
+// recv takes a value from ch, failing the test if none comes within a
+// generous bound (a test never waits unboundedly) or ch is closed.
+func recv[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v, ok := <-ch:
+		if !ok {
+			t.Fatalf("%s: the channel was closed", what)
+		}
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: nothing within 30 s", what)
+	}
+	var zero T
+	return zero // not reached: Fatalf ends the test
 }

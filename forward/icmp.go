@@ -11,6 +11,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/ustack-dev/ustack/stack"
 )
 
 // PingRequest is an ICMP echo request to an address the stack does not
@@ -49,11 +51,11 @@ func (p *PingRequest) Reply(from netip.Addr, msg []byte) error {
 	}
 	switch {
 	case len(msg) < header.ICMPv4MinimumSize:
-		return errors.New("forward: echo reply: message shorter than an ICMP header")
+		return errors.New("forward: ping reply: message shorter than an ICMP header")
 	case from.Is6() != v6:
-		return fmt.Errorf("forward: echo reply from %v: not of the peer's IP version", from)
+		return fmt.Errorf("forward: ping reply from %v: not of the peer's IP version", from)
 	case hlen+len(msg) > int(p.f.mtu(p.nic)):
-		return fmt.Errorf("forward: echo reply of %d bytes: %w", len(msg), errTooBig)
+		return fmt.Errorf("forward: ping reply of %d bytes: %w", len(msg), errTooBig)
 	}
 	v := buffer.NewViewSize(hlen + len(msg))
 	b := v.AsSlice()
@@ -77,17 +79,17 @@ func (p *PingRequest) Reply(from netip.Addr, msg []byte) error {
 		binary.BigEndian.PutUint16(icmp[2:4], ^checksum.Checksum(icmp, 0))
 	}
 	if terr := p.f.gs.WriteRawPacket(p.nic, proto, buffer.MakeWithView(v)); terr != nil {
-		return fmt.Errorf("forward: echo reply: %s", terr)
+		return fmt.Errorf("forward: ping reply: %w", stack.TranslateError(terr))
 	}
-	p.f.c.echoDown.Add(1)
+	p.f.c.pingsDown.Add(1)
 	return nil
 }
 
-// handleEcho takes ICMP messages no endpoint wanted, in the receive path.
+// handlePing takes ICMP messages no endpoint wanted, in the receive path.
 // Echo requests to addresses the stack does not own go to the
 // PingHandler (or nowhere); everything else is left to gVisor, which
 // answers pings of its own addresses.
-func (f *Forwarder) handleEcho(id gstack.TransportEndpointID, pkt *gstack.PacketBuffer) bool {
+func (f *Forwarder) handlePing(id gstack.TransportEndpointID, pkt *gstack.PacketBuffer) bool {
 	th := pkt.TransportHeader().Slice()
 	if len(th) < 1 {
 		return false

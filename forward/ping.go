@@ -15,12 +15,12 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
 
-// maxEchoMaps bounds the ICMP echo mappings (peer address and echo
+// maxPingMaps bounds the ICMP echo mappings (peer address and echo
 // identifier) alive at once: a ping per mapping, so 1024 is far more than
 // any peer pings in parallel, and a flood of identifiers is refused.
-const maxEchoMaps = 1024
+const maxPingMaps = 1024
 
-// echoRelay carries pings to the host's raw ICMP sockets and the answers
+// pingRelay carries pings to the host's raw ICMP sockets and the answers
 // back, mapping each (peer address, identifier) to an identifier of its
 // own, as a NAT does.
 //
@@ -31,7 +31,7 @@ const maxEchoMaps = 1024
 // so there the relay tells replies apart by sequence number instead: it
 // gives each request a sequence number of its own and restores the
 // peer's in the reply.
-type echoRelay struct {
+type pingRelay struct {
 	r *relay
 
 	mu     sync.Mutex
@@ -39,38 +39,38 @@ type echoRelay struct {
 	conns  [2]net.PacketConn // ICMPv4, ICMPv6; opened on first use
 	dgram  [2]bool           // conns[fam] is a datagram socket
 	failed [2]bool           // the host refused both sockets, or closed
-	byPeer map[echoKey]*echoMap
-	byHost [2]map[uint16]*echoMap
+	byPeer map[pingKey]*pingMap
+	byHost [2]map[uint16]*pingMap
 	// bySeq maps a datagram socket's sequence numbers to the request
 	// they stand for (at most 65536 per family: a number is reused when
 	// the counter wraps); nextSeq is the last one given.
-	bySeq   [2]map[uint16]echoSeq
+	bySeq   [2]map[uint16]pingSeq
 	nextSeq [2]uint16
 }
 
-// echoSeq is a request in flight on a datagram socket.
-type echoSeq struct {
-	m   *echoMap
+// pingSeq is a request in flight on a datagram socket.
+type pingSeq struct {
+	m   *pingMap
 	seq uint16 // the peer's
 }
 
-type echoKey struct {
+type pingKey struct {
 	src netip.Addr
 	id  uint16
 }
 
-type echoMap struct {
-	key    echoKey
+type pingMap struct {
+	key    pingKey
 	hostID uint16
 	last   time.Time
 	req    *PingRequest // the latest, to reply through
 }
 
-func (e *echoRelay) init(r *relay) {
+func (e *pingRelay) init(r *relay) {
 	e.r = r
-	e.byPeer = map[echoKey]*echoMap{}
-	e.byHost = [2]map[uint16]*echoMap{{}, {}}
-	e.bySeq = [2]map[uint16]echoSeq{{}, {}}
+	e.byPeer = map[pingKey]*pingMap{}
+	e.byHost = [2]map[uint16]*pingMap{{}, {}}
+	e.bySeq = [2]map[uint16]pingSeq{{}, {}}
 }
 
 func famOf(a netip.Addr) int {
@@ -81,10 +81,10 @@ func famOf(a netip.Addr) int {
 }
 
 // send relays one echo request.
-func (e *echoRelay) send(req *PingRequest) {
+func (e *pingRelay) send(req *PingRequest) {
 	f := req.f
 	fam := famOf(req.src)
-	key := echoKey{req.src, req.ID()}
+	key := pingKey{req.src, req.ID()}
 	e.mu.Lock()
 	conn, dgram := e.connLocked(f, fam)
 	if conn == nil {
@@ -108,7 +108,7 @@ func (e *echoRelay) send(req *PingRequest) {
 	if dgram {
 		e.nextSeq[fam]++
 		seq := e.nextSeq[fam]
-		e.bySeq[fam][seq] = echoSeq{m: m, seq: binary.BigEndian.Uint16(out[6:8])}
+		e.bySeq[fam][seq] = pingSeq{m: m, seq: binary.BigEndian.Uint16(out[6:8])}
 		binary.BigEndian.PutUint16(out[6:8], seq)
 		dst = &net.UDPAddr{IP: req.dst.AsSlice()}
 	}
@@ -124,13 +124,13 @@ func (e *echoRelay) send(req *PingRequest) {
 		f.refuse(HostError)
 		return
 	}
-	f.c.echoUp.Add(1)
+	f.c.pingsUp.Add(1)
 }
 
 // connLocked returns the family's raw socket, or its ICMP datagram
 // socket (dgram) where the host refuses a raw one, opening it (and
 // starting its receive loop, a goroutine of f's) on first use.
-func (e *echoRelay) connLocked(f *Forwarder, fam int) (conn net.PacketConn, dgram bool) {
+func (e *pingRelay) connLocked(f *Forwarder, fam int) (conn net.PacketConn, dgram bool) {
 	if e.f == nil {
 		e.f = f
 		f.atClose(e.close)
@@ -152,7 +152,7 @@ func (e *echoRelay) connLocked(f *Forwarder, fam int) (conn net.PacketConn, dgra
 	return conn, dgram
 }
 
-// ListenPing opens the host socket the echo relay sends pings through: a
+// ListenPing opens the host socket the ping relay sends pings through: a
 // raw ICMP socket, which takes CAP_NET_RAW, or else an ICMP datagram
 // socket (dgram), which takes membership of a group in
 // net.ipv4.ping_group_range (both families use that sysctl). The error,
@@ -175,15 +175,15 @@ func ListenPing(v6 bool) (conn net.PacketConn, dgram bool, err error) {
 
 // newMapLocked makes a mapping with a free host identifier, first
 // forgetting mappings idle longer than idle.
-func (e *echoRelay) newMapLocked(key echoKey, fam int, now time.Time, idle time.Duration) *echoMap {
-	if len(e.byPeer) >= maxEchoMaps {
+func (e *pingRelay) newMapLocked(key pingKey, fam int, now time.Time, idle time.Duration) *pingMap {
+	if len(e.byPeer) >= maxPingMaps {
 		for k, m := range e.byPeer {
 			if now.Sub(m.last) > idle {
 				delete(e.byPeer, k)
 				delete(e.byHost[famOf(k.src)], m.hostID)
 			}
 		}
-		if len(e.byPeer) >= maxEchoMaps {
+		if len(e.byPeer) >= maxPingMaps {
 			return nil
 		}
 	}
@@ -191,7 +191,7 @@ func (e *echoRelay) newMapLocked(key echoKey, fam int, now time.Time, idle time.
 	for e.byHost[fam][id] != nil {
 		id++
 	}
-	m := &echoMap{key: key, hostID: id}
+	m := &pingMap{key: key, hostID: id}
 	e.byPeer[key] = m
 	e.byHost[fam][id] = m
 	return m
@@ -200,7 +200,7 @@ func (e *echoRelay) newMapLocked(key echoKey, fam int, now time.Time, idle time.
 // receiveLoop takes echo replies from the host's raw socket (which sees
 // every ICMP message the host receives) and passes on those of our
 // mappings.
-func (e *echoRelay) receiveLoop(f *Forwarder, fam int, conn net.PacketConn, dgram bool) {
+func (e *pingRelay) receiveLoop(f *Forwarder, fam int, conn net.PacketConn, dgram bool) {
 	defer f.wg.Done()
 	buf := make([]byte, 1<<16)
 	for {
@@ -226,7 +226,7 @@ func (e *echoRelay) receiveLoop(f *Forwarder, fam int, conn net.PacketConn, dgra
 			fromIP = a.IP
 		}
 		e.mu.Lock()
-		var m *echoMap
+		var m *pingMap
 		if dgram {
 			seq := binary.BigEndian.Uint16(msg[6:8])
 			if s, ok := e.bySeq[fam][seq]; ok {
@@ -256,7 +256,7 @@ func (e *echoRelay) receiveLoop(f *Forwarder, fam int, conn net.PacketConn, dgra
 }
 
 // close closes the raw sockets, ending the receive loops.
-func (e *echoRelay) close() {
+func (e *pingRelay) close() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for i, c := range e.conns {
@@ -278,7 +278,7 @@ func (f *Forwarder) OpenPing() {
 	if !ok {
 		return
 	}
-	e := &r.echo
+	e := &r.ping
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.connLocked(f, 0)

@@ -36,7 +36,7 @@ func Relay(d proxy.ContextDialer, p *Policy) Handler {
 		r.pol = *p
 	}
 	_, r.host = d.(*net.Dialer)
-	r.echo.init(r)
+	r.ping.init(r)
 	return r
 }
 
@@ -44,7 +44,7 @@ type relay struct {
 	d    proxy.ContextDialer
 	pol  Policy
 	host bool // d makes host sockets
-	echo echoRelay
+	ping pingRelay
 }
 
 var _ PingHandler = (*relay)(nil)
@@ -310,5 +310,5 @@ func (r *relay) HandlePing(req *PingRequest) {
 		f.refuse(Unsupported)
 		return
 	}
-	r.echo.send(req)
+	r.ping.send(req)
 }

@@ -106,7 +106,7 @@ type counters struct {
 	tcpFlows, udpFlows, halfOpen, mem                atomic.Int64
 	tcpOpened, udpOpened, connectFailed, tcpResets   atomic.Uint64
 	tcpUp, tcpDown, udpPktUp, udpPktDn, udpUp, udpDn atomic.Uint64
-	dns, udpDropped, echoUp, echoDown                atomic.Uint64
+	dns, udpDropped, pingsUp, pingsDown              atomic.Uint64
 	refused                                          [NumReasons]atomic.Uint64
 }
 
@@ -118,7 +118,7 @@ func (c *counters) snapshot() Stats {
 		TCPBytesUp: c.tcpUp.Load(), TCPBytesDown: c.tcpDown.Load(),
 		UDPPacketsUp: c.udpPktUp.Load(), UDPPacketsDown: c.udpPktDn.Load(),
 		UDPBytesUp: c.udpUp.Load(), UDPBytesDown: c.udpDn.Load(),
-		DNSQueries: c.dns.Load(), PingsUp: c.echoUp.Load(), PingsDown: c.echoDown.Load(), UDPDropped: c.udpDropped.Load(),
+		DNSQueries: c.dns.Load(), PingsUp: c.pingsUp.Load(), PingsDown: c.pingsDown.Load(), UDPDropped: c.udpDropped.Load(),
 	}
 	for i := range s.Refused {
 		s.Refused[i] = c.refused[i].Load()

@@ -2,7 +2,6 @@ package forward
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
 
@@ -64,7 +62,7 @@ func (r *TCPRequest) Accept() (stack.TCPConn, error) {
 	r.r.Complete(false)
 	if terr != nil {
 		r.fl.release()
-		return nil, &net.OpError{Op: "accept", Net: "tcp", Source: net.TCPAddrFromAddrPort(r.dst), Addr: net.TCPAddrFromAddrPort(r.src), Err: errors.New(terr.String())}
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Source: net.TCPAddrFromAddrPort(r.dst), Addr: net.TCPAddrFromAddrPort(r.src), Err: stack.TranslateError(terr)}
 	}
 	return r.f.newConn(wq, ep, r.fl), nil
 }
@@ -144,48 +142,28 @@ func (f *Forwarder) releaseHalfOpen(dst netip.AddrPort) {
 
 // DialTCP connects from the stack to dst, a peer behind its NICs (a port
 // forward into a namespace, say), as a flow counted against the limits
-// and the budget like any other. Its Up is what Read returns.
+// and the budget like any other, through the stack's own dial
+// (stack.ConnectTCP). Its Up is what Read returns. The dial ends when ctx
+// does or the Forwarder closes. Errors are *net.OpError: a refusal of the
+// Forwarder's own carries a *RefusedError, any other the errno (a reset
+// from dst is syscall.ECONNREFUSED).
 func (f *Forwarder) DialTCP(ctx context.Context, dst netip.AddrPort) (stack.TCPConn, error) {
-	opErr := func(err error) error {
-		return &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(dst), Err: err}
-	}
 	fl, reason, ok := f.open(TCP, netip.AddrPort{}, dst)
 	if !ok {
 		f.refuse(reason)
-		return nil, opErr(fmt.Errorf("refused: %s", reason))
+		return nil, refusedError("tcp", dst, reason)
 	}
-	proto := header.IPv4ProtocolNumber
-	if dst.Addr().Is6() {
-		proto = header.IPv6ProtocolNumber
-	}
-	wq := new(waiter.Queue)
-	ep, terr := f.gs.NewEndpoint(tcp.ProtocolNumber, proto, wq)
-	if terr != nil {
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(f.ctx, cancel)
+	defer stop()
+	wq, ep, err := f.st.ConnectTCP(dctx, dst)
+	if err != nil {
 		fl.release()
-		return nil, opErr(errors.New(terr.String()))
-	}
-	entry, ch := waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
-	wq.EventRegister(&entry)
-	terr = ep.Connect(tcpip.FullAddress{Addr: tcpip.AddrFromSlice(dst.Addr().AsSlice()), Port: dst.Port()})
-	if _, started := terr.(*tcpip.ErrConnectStarted); started {
-		select {
-		case <-ch:
-			terr = ep.LastError()
-		case <-ctx.Done():
-			terr = &tcpip.ErrAborted{}
-		case <-f.ctx.Done():
-			terr = &tcpip.ErrAborted{}
+		if ctx.Err() == nil && f.ctx.Err() != nil {
+			return nil, refusedError("tcp", dst, Closing)
 		}
-	}
-	wq.EventUnregister(&entry)
-	if terr != nil {
-		ep.Abort()
-		ep.Close()
-		fl.release()
-		if ctx.Err() != nil {
-			return nil, opErr(ctx.Err())
-		}
-		return nil, opErr(errors.New(terr.String()))
+		return nil, err
 	}
 	if la, err := ep.GetLocalAddress(); err == nil {
 		fl.setSrc(netip.AddrPortFrom(addrOf(la.Addr), la.Port))
