@@ -49,6 +49,7 @@ func (t *tap) WritePackets(pkts gstack.PacketBufferList) (int, tcpip.Error) {
 // which runs a Forwarder.
 type env struct {
 	A, B *stack.Stack
+	nicA tcpip.NICID
 	tap  *tap
 	fw   *Forwarder
 }
@@ -69,6 +70,7 @@ func newEnv(t testing.TB, h Handler, o *Options) *env {
 	t.Cleanup(func() { e.A.Close() })
 	ida, err := e.A.AddNIC(la, nil)
 	require.NoError(t, err)
+	e.nicA = ida
 	require.NoError(t, e.A.AddAddress(ida, netip.PrefixFrom(stacktest.A4, 24)))
 	require.NoError(t, e.A.AddAddress(ida, netip.PrefixFrom(stacktest.A6, 64)))
 	require.NoError(t, e.A.AddRoute(far, stacktest.B4, ida))
@@ -164,45 +166,6 @@ func TestTCPRequestBeforeHandshake(t *testing.T) {
 	_, err = e.A.DialTCP(context.Background(), netip.AddrPortFrom(farDst.Addr(), 81))
 	require.ErrorIs(t, err, syscall.ECONNREFUSED)
 	require.Equal(t, uint64(1), e.fw.Stats().Refused[Rejected])
-}
-
-func TestHalfOpenShare(t *testing.T) {
-	blackhole := netip.MustParseAddrPort("203.0.113.66:80")
-	release := make(chan struct{})
-	e := newEnv(t, funcs{tcp: func(r *TCPRequest) {
-		if r.Dst() == blackhole {
-			// An upstream that never answers.
-			select {
-			case <-release:
-			case <-r.Context().Done():
-			}
-			r.Reject(false)
-			return
-		}
-		if c, err := r.Accept(); err == nil {
-			c.Close()
-		}
-	}}, nil)
-	defer close(release)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for range 256 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if c, err := e.A.DialTCP(ctx, blackhole); err == nil {
-				c.Close()
-			}
-		}()
-	}
-	defer func() { cancel(); wg.Wait() }()
-	require.Eventually(t, func() bool {
-		st := e.fw.Stats()
-		return st.HalfOpen == DefaultMaxHalfOpen/4 && st.Refused[HalfOpen] > 0
-	}, 30*time.Second, time.Millisecond, "one destination holds its share of half-open slots")
-	c, err := e.A.DialTCP(context.Background(), farDst)
-	require.NoError(t, err, "a flow elsewhere gets through while the blackhole holds its share")
-	c.Close()
 }
 
 func TestUDPFullCone(t *testing.T) {

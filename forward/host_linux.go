@@ -64,7 +64,7 @@ func (h *hostFlow) send(b []byte, dst netip.AddrPort) bool {
 	f := h.u.f
 	to, dns, reason, ok := h.r.pol.target(dst)
 	if !ok {
-		f.refuse(reason)
+		h.u.refuseDatagram(reason, b, dst)
 		return false
 	}
 	h.mu.Lock()
@@ -90,7 +90,7 @@ func (h *hostFlow) send(b []byte, dst netip.AddrPort) bool {
 	case errors.Is(e, unix.EAGAIN) || errors.Is(e, unix.ENOBUFS):
 		f.c.udpDropped.Add(1)
 	default:
-		f.refuse(HostError)
+		h.u.refuseDatagram(HostError, b, dst)
 	}
 	return false
 }

@@ -125,3 +125,58 @@ func (f *Forwarder) owns(nic tcpip.NICID, a tcpip.Address) bool {
 	}
 	return false
 }
+
+// Quoting limits of ICMP errors: an ICMPv4 error fits in 576 bytes (RFC
+// 1812 section 4.3.2.3), an ICMPv6 one in the IPv6 minimum MTU, 1280
+// (RFC 4443 section 2.4 (c)), as much of the offending packet as fits.
+const (
+	icmpv4ErrorMax = 576
+	icmpv6ErrorMax = header.IPv6MinimumMTU
+)
+
+// portUnreachable tells peer, through nic, that the datagram b it sent to
+// dst was refused: an ICMP port unreachable from dst quoting it, what a
+// host answers for a port nobody listens on, so the peer's socket fails
+// with ECONNREFUSED rather than wait for an answer that will not come.
+// b stays the caller's.
+func (f *Forwarder) portUnreachable(nic tcpip.NICID, peer, dst netip.AddrPort, b []byte) {
+	v6 := peer.Addr().Is6()
+	if dst.Addr().Is6() != v6 {
+		return
+	}
+	// The datagram as the peer sent it.
+	orig := make([]byte, udpHeaderLen(peer)+len(b))
+	copy(orig[udpHeaderLen(peer):], b)
+	encodeUDP(orig, peer, dst, len(b))
+	hlen, limit, icmpHdr := header.IPv4MinimumSize, icmpv4ErrorMax, header.ICMPv4MinimumSize
+	if v6 {
+		hlen, limit, icmpHdr = header.IPv6MinimumSize, icmpv6ErrorMax, header.ICMPv6MinimumSize
+	}
+	limit = min(limit, int(f.mtu(nic)))
+	quoted := orig[:min(len(orig), limit-hlen-icmpHdr)]
+	v := buffer.NewViewSize(hlen + icmpHdr + len(quoted))
+	pkt := v.AsSlice()
+	msg := pkt[hlen:]
+	copy(msg[icmpHdr:], quoted)
+	s, d := tcpip.AddrFromSlice(dst.Addr().AsSlice()), tcpip.AddrFromSlice(peer.Addr().AsSlice())
+	proto := header.IPv4ProtocolNumber
+	if v6 {
+		proto = header.IPv6ProtocolNumber
+		h := header.ICMPv6(msg)
+		h.SetType(header.ICMPv6DstUnreachable)
+		h.SetCode(header.ICMPv6PortUnreachable)
+		header.IPv6(pkt).Encode(&header.IPv6Fields{PayloadLength: uint16(len(msg)), TransportProtocol: header.ICMPv6ProtocolNumber, HopLimit: 64, SrcAddr: s, DstAddr: d})
+		h.SetChecksum(header.ICMPv6Checksum(header.ICMPv6ChecksumParams{Header: h[:header.ICMPv6HeaderSize], Src: s, Dst: d, PayloadCsum: checksum.Checksum(msg[header.ICMPv6HeaderSize:], 0), PayloadLen: len(msg) - header.ICMPv6HeaderSize}))
+	} else {
+		h := header.ICMPv4(msg)
+		h.SetType(header.ICMPv4DstUnreachable)
+		h.SetCode(header.ICMPv4PortUnreachable)
+		ip := header.IPv4(pkt)
+		ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(pkt)), TTL: 64, Protocol: uint8(header.ICMPv4ProtocolNumber), SrcAddr: s, DstAddr: d})
+		ip.SetChecksum(^ip.CalculateChecksum())
+		h.SetChecksum(^checksum.Checksum(msg, 0))
+	}
+	// Best effort, as ICMP errors are: a NIC that refuses it refuses the
+	// datagram's answer too.
+	_ = f.gs.WriteRawPacket(nic, proto, buffer.MakeWithView(v))
+}

@@ -60,7 +60,11 @@ func (r *relay) HandleTCP(req *TCPRequest) {
 	}
 	up, err := r.d.DialContext(req.Context(), "tcp", to.String())
 	if err != nil {
-		f.c.connectFailed.Add(1)
+		// A dial cancelled with its request (refused by a limit
+		// meanwhile, or the Forwarder closing) did not fail.
+		if req.Context().Err() == nil {
+			f.c.connectFailed.Add(1)
+		}
 		req.reject(-1, true)
 		return
 	}
@@ -222,7 +226,7 @@ func (r *relay) HandleUDP(u *UDPFlow) {
 	case r.pol.NoUDP:
 	case r.host:
 		if !hostUDP(r, u) {
-			u.f.refuse(HostError)
+			u.refuseFlow(HostError)
 		}
 		return
 	case ok:
@@ -242,7 +246,7 @@ func (r *relay) packetUDP(u *UDPFlow, pl PacketListener) {
 	}
 	pc, err := pl.ListenPacket(f.ctx, network, "")
 	if err != nil {
-		f.refuse(HostError)
+		u.refuseFlow(HostError)
 		return
 	}
 	u.atClose(func() { pc.Close() })
@@ -281,7 +285,7 @@ func (r *relay) packetUDP(u *UDPFlow, pl PacketListener) {
 		}
 		to, dns, reason, ok := r.pol.target(dst)
 		if !ok {
-			f.refuse(reason)
+			u.refuseDatagram(reason, buf[:n], dst)
 			continue
 		}
 		if dns.IsValid() {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/proxy"
 
 	"github.com/ustack-dev/ustack/internal/xfer"
 	"github.com/ustack-dev/ustack/stack/stacktest"
@@ -198,4 +199,63 @@ func TestRelayPacketListener(t *testing.T) {
 		require.Equal(t, dst, from.(*net.UDPAddr).AddrPort())
 	}
 	require.Equal(t, uint64(1), e.fw.Stats().UDPOpened, "one flow for the socket")
+}
+
+// TestUDPRefusalIsICMP checks that a refused datagram is answered with an
+// ICMP port unreachable, so the peer's connected socket fails with
+// ECONNREFUSED rather than waiting: refused by policy (in the relay), by a
+// limit (the Forwarder) and for a dialer that cannot carry UDP.
+func TestUDPRefusalIsICMP(t *testing.T) {
+	denied, denied6 := netip.MustParseAddrPort("203.0.113.200:53"), netip.MustParseAddrPort("[fd00:203::c8]:53")
+	for _, tc := range []struct {
+		name   string
+		d      proxy.ContextDialer
+		o      *Options
+		dst    netip.AddrPort
+		busy   bool // another socket holds the one flow allowed
+		reason Reason
+	}{
+		{"policy", &net.Dialer{}, nil, denied, false, Denied},
+		{"policy-ipv6", &net.Dialer{}, nil, denied6, false, Denied},
+		{"policy-packet-listener", &listenDialer{}, nil, denied, false, Denied},
+		{"no-udp-dialer", &tcpOnly{}, nil, denied, false, Denied},
+		{"limit", &net.Dialer{}, &Options{MaxUDP: 1}, denied, true, UDPLimit},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			deny := []netip.Prefix{netip.MustParsePrefix("203.0.113.128/25"), netip.MustParsePrefix("fd00:203::80/121")}
+			e := newEnv(t, Relay(tc.d, &Policy{Deny: deny}), tc.o)
+			dst := tc.dst
+			if tc.busy {
+				hold, err := e.A.DialUDP(netip.AddrPort{}, netip.MustParseAddrPort("203.0.113.5:53"))
+				require.NoError(t, err)
+				defer hold.Close()
+				_, err = hold.Write([]byte("x"))
+				require.NoError(t, err)
+				require.Eventually(t, func() bool { return e.fw.Stats().UDPFlows == 1 }, 10*time.Second, time.Millisecond)
+				dst = netip.MustParseAddrPort("203.0.113.6:53")
+			}
+			c, err := e.A.DialUDP(netip.AddrPort{}, dst)
+			require.NoError(t, err)
+			defer c.Close()
+			// gVisor's UDP socket holds the error for the next call but
+			// does not wake a read already waiting: read once it came.
+			// (A's new IPv6 address drops what it sends until duplicate
+			// address detection ends: send until it goes.)
+			counter := "ICMP.V4.PacketsReceived.DstUnreachable"
+			if dst.Addr().Is6() {
+				counter = "ICMP.V6.PacketsReceived.DstUnreachable"
+			}
+			require.Eventually(t, func() bool {
+				if e.A.Stats().Counter(counter) > 0 {
+					return true
+				}
+				c.Write([]byte("query"))
+				return false
+			}, 10*time.Second, 10*time.Millisecond, "A got an ICMP error")
+			require.NoError(t, c.SetReadDeadline(time.Now().Add(30*time.Second)))
+			_, err = c.Read(make([]byte, 100))
+			require.ErrorIs(t, err, syscall.ECONNREFUSED)
+			require.NotZero(t, e.fw.Stats().Refused[tc.reason])
+		})
+	}
 }

@@ -20,8 +20,19 @@ import (
 type TCPRequest struct {
 	f        *Forwarder
 	r        *tcp.ForwarderRequest
-	fl       *flow
 	src, dst netip.AddrPort
+	arrived  time.Time // when its SYN came
+	ctx      context.Context
+	cancel   context.CancelFunc
+
+	// Admission (handshake.go), guarded by f.mu.
+	fl         *flow // once admitted
+	d          *dstState
+	adm        admState
+	refused    Reason        // why, if refused before it started
+	ready      chan struct{} // closed when a waiting request starts or is refused
+	timer      *time.Timer   // SlowHandshake after arrived
+	prev, next *TCPRequest   // in the waiting queue
 
 	mu       sync.Mutex
 	answered bool
@@ -34,11 +45,14 @@ func (r *TCPRequest) Src() netip.AddrPort { return r.src }
 // destination).
 func (r *TCPRequest) Dst() netip.AddrPort { return r.dst }
 
-// Context is cancelled when the Forwarder closes: dial upstream with it.
-func (r *TCPRequest) Context() context.Context { return r.f.ctx }
+// Context is cancelled when the Forwarder closes, or when the request is
+// refused meanwhile (a handshake that waited longer than
+// Options.SlowHandshake and found no room under the half-open limits):
+// dial upstream with it.
+func (r *TCPRequest) Context() context.Context { return r.ctx }
 
-// answer marks the request answered and frees its half-open slot, or
-// reports that it already was.
+// answer marks the request answered and ends its admission, or reports
+// that it already was.
 func (r *TCPRequest) answer() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -46,7 +60,7 @@ func (r *TCPRequest) answer() bool {
 		return false
 	}
 	r.answered = true
-	r.f.releaseHalfOpen(r.dst)
+	r.f.finishHandshake(r)
 	return true
 }
 
@@ -84,60 +98,6 @@ func (r *TCPRequest) reject(reason Reason, reset bool) {
 	}
 	r.r.Complete(reset)
 	r.fl.release()
-}
-
-// handleTCP takes a SYN gVisor's forwarder passed on, in a goroutine of
-// the forwarder's.
-func (f *Forwarder) handleTCP(r *tcp.ForwarderRequest) {
-	if !f.begin() {
-		f.refuse(Closing)
-		r.Complete(true)
-		return
-	}
-	defer f.wg.Done()
-	id := r.ID()
-	src := netip.AddrPortFrom(addrOf(id.RemoteAddress), id.RemotePort)
-	dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
-	fl, reason, ok := f.open(TCP, src, dst)
-	if !ok {
-		f.refuse(reason)
-		r.Complete(true)
-		return
-	}
-	if !f.takeHalfOpen(dst) {
-		f.refuse(HalfOpen)
-		r.Complete(true)
-		fl.release()
-		return
-	}
-	req := &TCPRequest{f: f, r: r, fl: fl, src: src, dst: dst}
-	defer req.Reject(true) // if the handler did not answer
-	f.h.HandleTCP(req)
-}
-
-// takeHalfOpen counts a half-open connection to dst, unless dst already
-// has its share: a SYN flood towards one unresponsive destination holds a
-// quarter of the half-open slots at most, and connections elsewhere still
-// get through while it lasts.
-func (f *Forwarder) takeHalfOpen(dst netip.AddrPort) bool {
-	share := max(1, f.o.MaxHalfOpen/4)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.half[dst] >= share {
-		return false
-	}
-	f.half[dst]++
-	f.c.halfOpen.Add(1)
-	return true
-}
-
-func (f *Forwarder) releaseHalfOpen(dst netip.AddrPort) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.half[dst]--; f.half[dst] <= 0 {
-		delete(f.half, dst)
-	}
-	f.c.halfOpen.Add(-1)
 }
 
 // DialTCP connects from the stack to dst, a peer behind its NICs (a port

@@ -72,8 +72,9 @@ func (f *Forwarder) handleUDP(id gstack.TransportEndpointID, pkt *gstack.PacketB
 		fl, reason, ok := f.openLocked(UDP, src, dst)
 		if !ok {
 			f.mu.Unlock()
+			// gVisor answers port unreachable, as for any refusal.
 			f.refuse(reason)
-			return true // no ICMP error for a limit: the peer would misread it
+			return false
 		}
 		u = &UDPFlow{f: f, fl: fl, src: src, nic: pkt.NICID, ready: make(chan struct{}, 1)}
 		u.touch()
@@ -133,6 +134,28 @@ func (u *UDPFlow) deliver(b []byte, dst netip.AddrPort) {
 	u.mu.Unlock()
 	u.countUp(len(b))
 	u.signal()
+}
+
+// refuseDatagram counts a datagram of the peer's refused for r (b, to
+// dst; b stays the caller's) and tells the peer with an ICMP port
+// unreachable.
+func (u *UDPFlow) refuseDatagram(r Reason, b []byte, dst netip.AddrPort) {
+	u.f.refuse(r)
+	u.f.portUnreachable(u.nic, u.src, dst, b)
+}
+
+// refuseFlow counts a flow its handler cannot serve at all (r: the host
+// refused a socket, say), telling the peer about each datagram queued:
+// the flow ends, and the peer's next datagram starts another.
+func (u *UDPFlow) refuseFlow(r Reason) {
+	u.f.refuse(r)
+	u.mu.Lock()
+	q := u.queue
+	u.queue, u.queued = nil, 0
+	u.mu.Unlock()
+	for _, d := range q {
+		u.f.portUnreachable(u.nic, u.src, d.dst, d.b)
+	}
 }
 
 func (u *UDPFlow) countUp(n int) {
