@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/net/icmp"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
@@ -38,7 +38,7 @@ type pingRelay struct {
 	f      *Forwarder        // the one the relay serves, set on first use
 	conns  [2]net.PacketConn // ICMPv4, ICMPv6; opened on first use
 	dgram  [2]bool           // conns[fam] is a datagram socket
-	failed [2]bool           // the host refused both sockets, or closed
+	failed [2]error          // why the host refused both sockets, or closed
 	byPeer map[pingKey]*pingMap
 	byHost [2]map[uint16]*pingMap
 	// bySeq maps a datagram socket's sequence numbers to the request
@@ -135,16 +135,16 @@ func (e *pingRelay) connLocked(f *Forwarder, fam int) (conn net.PacketConn, dgra
 		e.f = f
 		f.atClose(e.close)
 	}
-	if e.f != f || e.conns[fam] != nil || e.failed[fam] {
+	if e.f != f || e.conns[fam] != nil || e.failed[fam] != nil {
 		return e.conns[fam], e.dgram[fam]
 	}
 	if !f.begin() {
 		return nil, false
 	}
-	conn, dgram, err := ListenPing(fam == 1)
+	conn, dgram, err := listenPing(f.ctx, e.r.host, fam == 1)
 	if err != nil {
 		f.wg.Done()
-		e.failed[fam] = true
+		e.failed[fam] = err
 		return nil, false
 	}
 	e.conns[fam], e.dgram[fam] = conn, dgram
@@ -156,21 +156,35 @@ func (e *pingRelay) connLocked(f *Forwarder, fam int) (conn net.PacketConn, dgra
 // raw ICMP socket, which takes CAP_NET_RAW, or else an ICMP datagram
 // socket (dgram), which takes membership of a group in
 // net.ipv4.ping_group_range (both families use that sysctl). The error,
-// when neither is allowed, names both and what to do.
+// when neither is allowed, names both and what to do. Relay opens its
+// own as its *net.Dialer would (Forwarder.OpenPing).
 func ListenPing(v6 bool) (conn net.PacketConn, dgram bool, err error) {
-	network, laddr, dgramNet := "ip4:icmp", "0.0.0.0", "udp4"
+	return listenPing(context.Background(), nil, v6)
+}
+
+// listenPing is ListenPing opening the sockets as d opens its own: with
+// its Control (or ControlContext, with ctx) and bound to the address of
+// its LocalAddr, which must then be of the family's IP version.
+func listenPing(ctx context.Context, d *net.Dialer, v6 bool) (conn net.PacketConn, dgram bool, err error) {
+	network, laddr := "ip4:icmp", netip.IPv4Unspecified()
 	if v6 {
-		network, laddr, dgramNet = "ip6:ipv6-icmp", "::", "udp6"
+		network, laddr = "ip6:ipv6-icmp", netip.IPv6Unspecified()
 	}
-	c, rawErr := net.ListenPacket(network, laddr)
+	if la := dialerLocalIP(d); la.IsValid() {
+		if la.Is6() != v6 {
+			return nil, false, fmt.Errorf("forward: ping relay: %s: the dialer's local address %v is of the other IP version", network, la)
+		}
+		laddr = la
+	}
+	c, rawErr := listenConfig(ctx, d).ListenPacket(ctx, network, laddr.String())
 	if rawErr == nil {
 		return c, false, nil
 	}
-	pc, err := icmp.ListenPacket(dgramNet, laddr)
+	pc, err := listenPingDgram(dialerControl(ctx, d), network, laddr)
 	if err == nil {
 		return pc, true, nil
 	}
-	return nil, false, fmt.Errorf("forward: ping relay: a raw ICMP socket is refused (%v: needs CAP_NET_RAW) and so is an ICMP datagram socket (%v: needs one of this process's groups in sysctl net.ipv4.ping_group_range): run as root, or widen the range, e.g. sysctl -w net.ipv4.ping_group_range=\"0 2147483647\"", rawErr, err)
+	return nil, false, fmt.Errorf("forward: ping relay: a raw ICMP socket is refused (%w: needs CAP_NET_RAW) and so is an ICMP datagram socket (%w: needs one of this process's groups in sysctl net.ipv4.ping_group_range): run as root, or widen the range, e.g. sysctl -w net.ipv4.ping_group_range=\"0 2147483647\"", rawErr, err)
 }
 
 // newMapLocked makes a mapping with a free host identifier, first
@@ -264,23 +278,46 @@ func (e *pingRelay) close() {
 			c.Close()
 			e.conns[i] = nil
 		}
-		e.failed[i] = true
+		e.failed[i] = errClosed
 	}
 }
 
+// errClosed is why the ping relay of a closed Forwarder has no sockets.
+var errClosed = errors.New("forward: ping relay: the Forwarder is closed")
+
 // OpenPing opens the ping relay's host sockets now rather than on the
 // first ping, for a process about to confine itself (a seccomp filter
-// that refuses new raw sockets): a Forwarder whose handler is Relay's
-// keeps relaying pings through the sockets opened here. It does nothing
-// for other handlers.
-func (f *Forwarder) OpenPing() {
+// that refuses new raw sockets), and reports whether pings can be
+// relayed: an error says why not (no privilege for either kind of ICMP
+// socket, say, with what to do), for the caller to tell its user at
+// start. A Forwarder whose handler is Relay's keeps relaying pings
+// through the sockets opened here. For a handler of another kind it
+// opens nothing: it reports an error if that handler takes no pings (it
+// is no PingHandler), nil if it takes them its own way.
+func (f *Forwarder) OpenPing() error {
 	r, ok := f.h.(*relay)
 	if !ok {
-		return
+		if f.ping == nil {
+			return errors.New("forward: pings are not relayed: the Handler is no PingHandler")
+		}
+		return nil
+	}
+	if r.host == nil {
+		return fmt.Errorf("forward: pings are not relayed: the relay's dialer (%T) makes no host sockets; only a *net.Dialer's carry ICMP", r.d)
 	}
 	e := &r.ping
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.connLocked(f, 0)
-	e.connLocked(f, 1)
+	var errs []error
+	for fam := range e.conns {
+		if c, _ := e.connLocked(f, fam); c != nil {
+			continue
+		}
+		err := e.failed[fam]
+		if err == nil {
+			err = errClosed // begin refused: Close has begun
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }

@@ -2,9 +2,13 @@ package forward
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -12,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/proxy"
 
+	"github.com/ustack-dev/ustack/internal/testenv"
 	"github.com/ustack-dev/ustack/internal/xfer"
 	"github.com/ustack-dev/ustack/stack/stacktest"
 )
@@ -258,4 +263,189 @@ func TestUDPRefusalIsICMP(t *testing.T) {
 			require.NotZero(t, e.fw.Stats().Refused[tc.reason])
 		})
 	}
+}
+
+// socketLog records the sockets a Control function saw.
+type socketLog struct {
+	mu   sync.Mutex
+	seen []string // network and address
+}
+
+func (l *socketLog) control(network, address string, _ syscall.RawConn) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen = append(l.seen, network+" "+address)
+	return nil
+}
+
+// count is how many sockets of network (a prefix) to address were seen.
+func (l *socketLog) count(network, address string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, s := range l.seen {
+		nw, a, _ := strings.Cut(s, " ")
+		if strings.HasPrefix(nw, network) && a == address {
+			n++
+		}
+	}
+	return n
+}
+
+// has reports whether a socket of network (a prefix: "tcp", "udp",
+// "ip4:icmp") was seen, to address if it is not "".
+func (l *socketLog) has(network, address string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.seen {
+		n, a, _ := strings.Cut(s, " ")
+		if strings.HasPrefix(n, network) && (address == "" || a == address) {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *socketLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.seen, ", ")
+}
+
+// TestRelayHonoursDialer checks that every host socket Relay opens goes
+// through its *net.Dialer's Control: TCP, UDP, the ping sockets and DNS
+// over TCP (a VPN client marks its sockets there, to keep them out of its
+// own tunnel).
+func TestRelayHonoursDialer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan struct{}, 8)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close() // the DNS upstream gives no answer: the socket is what counts
+			accepted <- struct{}{}
+		}
+	}()
+	uc := udpEcho(t)
+	pol := Policy{HostLoopback: []netip.Addr{gateway}, AllowHostLoopback: true}
+	for _, ctl := range []string{"Control", "ControlContext"} {
+		t.Run(ctl, func(t *testing.T) {
+			var log socketLog
+			d := &net.Dialer{Control: log.control}
+			if ctl == "ControlContext" {
+				d = &net.Dialer{ControlContext: func(ctx context.Context, network, address string, c syscall.RawConn) error {
+					if ctx == nil {
+						return errors.New("ControlContext without a context")
+					}
+					return log.control(network, address, c)
+				}}
+			}
+			e := newEnv(t, Relay(d, &pol), nil)
+			tcpAddr := ln.Addr().(*net.TCPAddr).AddrPort()
+			c, err := e.A.DialTCP(context.Background(), netip.AddrPortFrom(gateway, tcpAddr.Port()))
+			require.NoError(t, err)
+			c.Close()
+			recv(t, accepted, "the host listener accepts the relayed connection")
+			require.True(t, log.has("tcp", tcpAddr.String()), "TCP: %s", &log)
+
+			pc, err := e.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 0))
+			require.NoError(t, err)
+			defer pc.Close()
+			_, err = pc.WriteTo([]byte("x"), net.UDPAddrFromAddrPort(netip.AddrPortFrom(gateway, uint16(uc.LocalAddr().(*net.UDPAddr).Port))))
+			require.NoError(t, err)
+			require.NoError(t, pc.SetReadDeadline(time.Now().Add(30*time.Second)))
+			_, _, err = pc.ReadFrom(make([]byte, 10))
+			require.NoError(t, err, "the echo came back")
+			require.True(t, log.has("udp", ""), "UDP: %s", &log)
+
+			if err := e.fw.OpenPing(); err != nil {
+				testenv.Skip(t, "this process may open no ICMP socket: %v", err)
+			}
+			require.True(t, log.has("ip4", ""), "ICMPv4: %s", &log)
+			require.True(t, log.has("ip6", ""), "ICMPv6: %s", &log)
+
+			// DNS over TCP, where UDP is not carried.
+			dns := netip.MustParseAddr("203.0.113.53")
+			e2 := newEnv(t, Relay(d, &Policy{NoUDP: true, DNS: []DNSRelay{{Addr: dns, Upstream: tcpAddr}}}), nil)
+			q, err := e2.A.DialUDP(netip.AddrPort{}, netip.AddrPortFrom(dns, 53))
+			require.NoError(t, err)
+			defer q.Close()
+			_, err = q.Write(make([]byte, 32)) // a DNS header's worth
+			require.NoError(t, err)
+			recv(t, accepted, "the DNS upstream accepts the query's connection")
+			require.Equal(t, uint64(1), e2.fw.Stats().DNSQueries)
+			require.Equal(t, 2, log.count("tcp", tcpAddr.String()), "TCP and DNS over TCP: %s", &log)
+			t.Logf("sockets: %s", &log)
+		})
+	}
+}
+
+// TestRelayLocalAddrUDP checks that the relay's UDP host sockets are bound
+// to the address of its *net.Dialer's LocalAddr.
+func TestRelayLocalAddrUDP(t *testing.T) {
+	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer srv.Close()
+	from := make(chan netip.AddrPort, 1)
+	go func() {
+		buf := make([]byte, 100)
+		_, a, err := srv.ReadFromUDPAddrPort(buf)
+		if err == nil {
+			from <- a
+		}
+	}()
+	local := netip.MustParseAddr("127.0.0.2") // a loopback address, not the default source
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: local.AsSlice()}}
+	e := newEnv(t, Relay(d, &Policy{HostLoopback: []netip.Addr{gateway}, AllowHostLoopback: true}), nil)
+	pc, err := e.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 0))
+	require.NoError(t, err)
+	defer pc.Close()
+	_, err = pc.WriteTo([]byte("x"), net.UDPAddrFromAddrPort(netip.AddrPortFrom(gateway, uint16(srv.LocalAddr().(*net.UDPAddr).Port))))
+	require.NoError(t, err)
+	got := recv(t, from, "the host server gets the datagram")
+	require.Equal(t, local, got.Addr().Unmap(), "the relay's socket is bound to the dialer's local address")
+}
+
+// netstackNet has the UDP methods of a userspace network
+// (wireguard-go's tun/netstack.Net): concrete results, no ListenPacket.
+type netstackNet struct {
+	net.Dialer
+	listened atomic.Int32
+}
+
+func (n *netstackNet) ListenUDP(laddr *net.UDPAddr) (*net.UDPConn, error) {
+	n.listened.Add(1)
+	if laddr.IP.IsUnspecified() {
+		laddr = &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: laddr.Port}
+	}
+	return net.ListenUDP("udp", laddr)
+}
+
+// TestRelayNetstackUDP checks that a dialer with a userspace network's
+// ListenUDP carries UDP, full cone, as a PacketListener does.
+func TestRelayNetstackUDP(t *testing.T) {
+	uc := udpEcho(t)
+	d := &netstackNet{}
+	e := newEnv(t, Relay(d, &Policy{HostLoopback: []netip.Addr{gateway}, AllowHostLoopback: true}), nil)
+	pc, err := e.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 0))
+	require.NoError(t, err)
+	defer pc.Close()
+	dst := netip.AddrPortFrom(gateway, uint16(uc.LocalAddr().(*net.UDPAddr).Port))
+	buf := make([]byte, 100)
+	for _, msg := range []string{"one", "two"} {
+		_, err = pc.WriteTo([]byte(msg), net.UDPAddrFromAddrPort(dst))
+		require.NoError(t, err)
+		require.NoError(t, pc.SetReadDeadline(time.Now().Add(30*time.Second)))
+		n, from, err := pc.ReadFrom(buf)
+		require.NoError(t, err)
+		require.Equal(t, msg, string(buf[:n]))
+		require.Equal(t, dst, from.(*net.UDPAddr).AddrPort())
+	}
+	require.Equal(t, int32(1), d.listened.Load(), "one socket for the flow")
+	require.Zero(t, e.fw.Stats().Refused[Unsupported])
 }
