@@ -121,7 +121,11 @@ func TestTCPRequestBeforeHandshake(t *testing.T) {
 	conns := make(chan net.Conn, 1)
 	e := newEnv(t, funcs{tcp: func(r *TCPRequest) {
 		got <- seen{r.Src(), r.Dst()}
-		<-proceed
+		select {
+		case <-proceed:
+		case <-r.Context().Done(): // the test ended early
+			return
+		}
 		if r.Dst().Port() == 81 {
 			r.Reject(true)
 			return
@@ -140,7 +144,7 @@ func TestTCPRequestBeforeHandshake(t *testing.T) {
 		ac, err = e.A.DialTCP(context.Background(), farDst)
 		dialed <- err
 	}()
-	s := <-got
+	s := recv(t, got, "the handler gets the request")
 	require.Equal(t, farDst, s.dst)
 	require.Equal(t, stacktest.A4, s.src.Addr())
 	require.Zero(t, e.tap.synAcks.Load(), "a SYN-ACK left before Accept")
@@ -150,11 +154,11 @@ func TestTCPRequestBeforeHandshake(t *testing.T) {
 	default:
 	}
 	close(proceed)
-	require.NoError(t, <-dialed)
+	require.NoError(t, recv(t, dialed, "the dial ends once the handler accepts"))
 	defer ac.Close()
 	require.Equal(t, s.src, ac.LocalAddr().(*net.TCPAddr).AddrPort(), "the handler saw A's exact source")
 	require.Equal(t, int32(1), e.tap.synAcks.Load())
-	bc := <-conns
+	bc := recv(t, conns, "the handler's conn")
 	defer bc.Close()
 	_, err := ac.Write([]byte("ping"))
 	require.NoError(t, err)
@@ -163,9 +167,39 @@ func TestTCPRequestBeforeHandshake(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "ping", string(buf))
 
-	_, err = e.A.DialTCP(context.Background(), netip.AddrPortFrom(farDst.Addr(), 81))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = e.A.DialTCP(ctx, netip.AddrPortFrom(farDst.Addr(), 81))
 	require.ErrorIs(t, err, syscall.ECONNREFUSED)
 	require.Equal(t, uint64(1), e.fw.Stats().Refused[Rejected])
+}
+
+// TestReject checks both kinds of refusal: with a reset the peer's
+// connect fails at once with ECONNREFUSED (well within its bound: a
+// missing reset would leave it retrying for minutes); without, the SYN is
+// dropped and the connect waits until it gives up (its context ends).
+func TestReject(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		reset   bool
+		timeout time.Duration
+		want    error
+	}{
+		{"reset", true, 30 * time.Second, syscall.ECONNREFUSED},
+		{"silent", false, 2 * time.Second, context.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, funcs{tcp: func(r *TCPRequest) { r.Reject(tc.reset) }}, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), tc.timeout)
+			defer cancel()
+			_, err := e.A.DialTCP(ctx, farDst)
+			require.ErrorIs(t, err, tc.want)
+			if !tc.reset {
+				require.NotErrorIs(t, err, syscall.ECONNREFUSED, "a silent reject sends no reset")
+			}
+			require.NotZero(t, e.fw.Stats().Refused[Rejected])
+		})
+	}
 }
 
 func TestUDPFullCone(t *testing.T) {
@@ -203,7 +237,7 @@ func TestUDPFullCone(t *testing.T) {
 		require.NoError(t, err)
 		_, err = pc.WriteTo([]byte("query"), net.UDPAddrFromAddrPort(tc.dst))
 		require.NoError(t, err)
-		s := <-got
+		s := recv(t, got, "the handler gets the datagram")
 		require.Equal(t, tc.dst, s.dst)
 		require.Equal(t, pc.LocalAddr().(*net.UDPAddr).AddrPort(), s.src)
 		require.Equal(t, "query", s.data)
@@ -240,7 +274,7 @@ func TestUDPIdleTimeout(t *testing.T) {
 	defer pc.Close()
 	_, err = pc.WriteTo([]byte("x"), net.UDPAddrFromAddrPort(netip.MustParseAddrPort("203.0.113.5:53")))
 	require.NoError(t, err)
-	require.ErrorIs(t, <-ended, net.ErrClosed, "an idle flow ends")
+	require.ErrorIs(t, recv(t, ended, "the idle flow ends"), net.ErrClosed, "an idle flow ends")
 	require.Eventually(t, func() bool { return e.fw.Stats().UDPFlows == 0 }, 10*time.Second, time.Millisecond)
 }
 
@@ -343,7 +377,7 @@ func TestShutdownLetsTransferFinish(t *testing.T) {
 	}}, nil)
 	ac, err := e.A.DialTCP(context.Background(), farDst)
 	require.NoError(t, err)
-	bc := <-conns
+	bc := recv(t, conns, "the handler's conn")
 	done := make(chan error, 1)
 	go func() {
 		_, err := xfer.Exchange(ac, bc, size, xfer.Timeout(size))
@@ -361,8 +395,8 @@ func TestShutdownLetsTransferFinish(t *testing.T) {
 		}
 		return errors.Is(err, syscall.ECONNREFUSED)
 	}, 30*time.Second, time.Millisecond)
-	require.NoError(t, <-done, "the transfer finished intact during Shutdown")
-	require.NoError(t, <-shut)
+	require.NoError(t, recv(t, done, "the transfer ends"), "the transfer finished intact during Shutdown")
+	require.NoError(t, recv(t, shut, "Shutdown returns"))
 	require.NotZero(t, e.fw.Stats().Refused[Closing])
 }
 
@@ -386,8 +420,10 @@ func TestShutdownDeadlineCloses(t *testing.T) {
 	require.ErrorContains(t, err, "reset", "the open flow was reset")
 }
 
+// TestFlowsCountBytes sends different amounts each way, so that each
+// direction's count is told from the other's.
 func TestFlowsCountBytes(t *testing.T) {
-	const size = 1 << 20
+	const up, down = 1 << 20, 256 << 10
 	conns := make(chan net.Conn, 1)
 	e := newEnv(t, funcs{tcp: func(r *TCPRequest) {
 		if c, err := r.Accept(); err == nil {
@@ -397,10 +433,24 @@ func TestFlowsCountBytes(t *testing.T) {
 	ac, err := e.A.DialTCP(context.Background(), farDst)
 	require.NoError(t, err)
 	defer ac.Close()
-	bc := <-conns
+	bc := recv(t, conns, "the handler's conn")
 	defer bc.Close()
-	_, err = xfer.Exchange(ac, bc, size, xfer.Timeout(size))
-	require.NoError(t, err)
+	deadline := time.Now().Add(xfer.Timeout(up))
+	require.NoError(t, ac.SetDeadline(deadline))
+	require.NoError(t, bc.SetDeadline(deadline))
+	for _, dir := range []struct {
+		from, to net.Conn
+		n        int64
+	}{{ac, bc, up}, {bc, ac, down}} {
+		sent := make(chan error, 1)
+		go func() {
+			_, err := io.Copy(dir.from, xfer.Pattern(1, dir.n))
+			sent <- err
+		}()
+		_, err := io.CopyN(io.Discard, dir.to, dir.n)
+		require.NoError(t, err)
+		require.NoError(t, recv(t, sent, "the send ends"))
+	}
 	var flows []FlowInfo
 	for fi := range e.fw.Flows() {
 		flows = append(flows, fi)
@@ -410,11 +460,77 @@ func TestFlowsCountBytes(t *testing.T) {
 	require.Equal(t, TCP, fi.Protocol)
 	require.Equal(t, ac.LocalAddr().(*net.TCPAddr).AddrPort(), fi.Src)
 	require.Equal(t, farDst, fi.Dst)
-	require.Equal(t, uint64(size), fi.BytesUp)
-	require.Equal(t, uint64(size), fi.BytesDown)
+	require.Equal(t, uint64(up), fi.BytesUp, "from the peer")
+	require.Equal(t, uint64(down), fi.BytesDown, "to the peer")
 	require.NotEmpty(t, fi.State)
 	require.NotZero(t, fi.Cwnd)
 	require.False(t, fi.Opened.IsZero())
+	st := e.fw.Stats()
+	require.Equal(t, uint64(up), st.TCPBytesUp)
+	require.Equal(t, uint64(down), st.TCPBytesDown)
+}
+
+// TestUDPQueue fills a UDP flow's queue while its handler does not read:
+// what does not fit is dropped and counted, what does is delivered; the
+// packet and byte counters count each way.
+func TestUDPQueue(t *testing.T) {
+	const queue, size, sent, replies = 1000, 100, 20, 3
+	start := make(chan struct{})
+	got := make(chan int, sent)
+	e := newEnv(t, funcs{udp: func(u *UDPFlow) {
+		select {
+		case <-start:
+		case <-time.After(30 * time.Second):
+			return
+		}
+		u.SetReadDeadline(time.Now().Add(30 * time.Second))
+		buf := make([]byte, 1500)
+		var dst netip.AddrPort
+		for range queue / size {
+			n, d, err := u.ReadFromAddrPort(buf)
+			if err != nil {
+				return
+			}
+			dst = d
+			got <- n
+		}
+		for range replies {
+			u.WriteToAddrPort(buf[:size/2], dst)
+		}
+	}}, &Options{UDPQueue: queue})
+	var once sync.Once
+	release := func() { once.Do(func() { close(start) }) }
+	t.Cleanup(release) // before the Forwarder's Close, which waits for the handler
+	pc, err := e.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 0))
+	require.NoError(t, err)
+	defer pc.Close()
+	dst := net.UDPAddrFromAddrPort(netip.MustParseAddrPort("203.0.113.5:53"))
+	for range sent {
+		_, err := pc.WriteTo(make([]byte, size), dst)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		st := e.fw.Stats()
+		return st.UDPPacketsUp+st.UDPDropped == sent
+	}, 10*time.Second, time.Millisecond, "every datagram is queued or dropped")
+	st := e.fw.Stats()
+	require.Equal(t, uint64(sent-queue/size), st.UDPDropped, "what does not fit the queue is dropped")
+	require.Equal(t, uint64(queue/size), st.UDPPacketsUp)
+	require.Equal(t, uint64(queue), st.UDPBytesUp)
+	release()
+	for range queue / size {
+		require.Equal(t, size, recv(t, got, "the handler reads what was queued"))
+	}
+	buf := make([]byte, 1500)
+	require.NoError(t, pc.SetReadDeadline(time.Now().Add(30*time.Second)))
+	for range replies {
+		m, _, err := pc.ReadFrom(buf)
+		require.NoError(t, err)
+		require.Equal(t, size/2, m)
+	}
+	st = e.fw.Stats()
+	require.Equal(t, uint64(replies), st.UDPPacketsDown)
+	require.Equal(t, uint64(replies*size/2), st.UDPBytesDown)
 }
 
 func TestCloseWithOpenFlows(t *testing.T) {
@@ -473,7 +589,7 @@ func TestPingHandler(t *testing.T) {
 		_, err := e.A.Ping(ctx, dst, []byte("are you there"))
 		cancel()
 		require.NoError(t, err, "ping %v answered by the handler", dst)
-		require.Equal(t, dst, <-p.seen)
+		require.Equal(t, dst, recv(t, p.seen, "the handler sees the ping"))
 	}
 	// Reply counts once its packet is handed to the link, which may be
 	// after A has it.
@@ -553,15 +669,13 @@ func TestDialErrors(t *testing.T) {
 	require.False(t, errors.As(err, &re))
 }
 
-// recv takes a value from ch, failing the test if none comes within a
-// generous bound (a test never waits unboundedly) or ch is closed.
+// recv takes a value from ch (the zero value if ch is closed, which is
+// how a chan struct{} signals), failing the test if none comes within a
+// generous bound: a test never waits unboundedly.
 func recv[T any](t testing.TB, ch <-chan T, what string) T {
 	t.Helper()
 	select {
-	case v, ok := <-ch:
-		if !ok {
-			t.Fatalf("%s: the channel was closed", what)
-		}
+	case v := <-ch:
 		return v
 	case <-time.After(30 * time.Second):
 		t.Fatalf("%s: nothing within 30 s", what)

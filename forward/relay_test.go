@@ -54,19 +54,21 @@ func TestRelayHostSockets(t *testing.T) {
 	c, err := e.A.DialTCP(context.Background(), netip.AddrPortFrom(gateway, port))
 	require.NoError(t, err)
 	const size = 4 << 20
+	sent := make(chan error, 1)
 	go func() {
 		_, err := io.Copy(c, xfer.Pattern(3, size))
 		if err == nil {
-			err = c.(interface{ CloseWrite() error }).CloseWrite()
+			err = c.CloseWrite()
 		}
-		require.NoError(t, err)
+		sent <- err
 	}()
 	got, n, err := xfer.Sum(c)
 	require.NoError(t, err)
+	require.NoError(t, recv(t, sent, "the send ends"))
 	want, _, _ := xfer.Sum(xfer.Pattern(3, size))
 	require.Equal(t, int64(size), n)
 	require.Equal(t, want, got, "the echo came back intact")
-	require.NoError(t, <-served)
+	require.NoError(t, recv(t, served, "the echo server ends"))
 	c.Close()
 	require.Eventually(t, func() bool { return e.fw.Stats().TCPFlows == 0 }, 10*time.Second, time.Millisecond)
 	st := e.fw.Stats()
