@@ -53,12 +53,13 @@ type Options struct {
 	MaxFlows, MaxTCP, MaxUDP int
 	// MaxHalfOpen bounds the TCP handshakes (SYN received, not yet
 	// accepted or rejected) that count (DefaultMaxHalfOpen): those to a
-	// destination not known to answer, and any that has taken longer than
-	// SlowHandshake. One destination holds a quarter of them at most, one
-	// peer (source address) half. Handshakes to a destination that
-	// answers do not count, so a burst of connects to a live server is
-	// never refused; one that finds no room waits for it, up to
-	// SlowHandshake, then is refused with a reset (HalfOpen). See the
+	// destination that has not shown it answers, and any that has taken
+	// longer than SlowHandshake. Each handshake to a destination answered
+	// within SlowHandshake lets two more to it run uncounted, so a burst
+	// of connects to a live server is never refused. One destination
+	// holds a quarter of the counted handshakes at most, one peer (source
+	// address) half. A handshake that finds no room waits for it, up to
+	// SlowHandshake, and is then refused with a reset (HalfOpen). See the
 	// package doc.
 	MaxHalfOpen int
 	// SlowHandshake is how long a handshake may take before it counts
