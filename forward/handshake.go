@@ -352,6 +352,12 @@ func (f *Forwarder) pumpLocked(now time.Time) {
 // goroutine: a waiting req is refused; a free one is counted, and refused
 // if there is no room; either way its destination loses its trust.
 func (f *Forwarder) slowHandshake(req *TCPRequest) {
+	// A goroutine of the Forwarder's while it runs, so that Close waits
+	// for it; after Close there is nothing left to do.
+	if !f.own() {
+		return
+	}
+	defer f.wg.Done()
 	f.mu.Lock()
 	now := time.Now()
 	d := req.d

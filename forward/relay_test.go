@@ -188,26 +188,6 @@ type listenDialer struct {
 	net.ListenConfig
 }
 
-func TestRelayPacketListener(t *testing.T) {
-	uc := udpEcho(t)
-	e := newEnv(t, Relay(&listenDialer{}, &Policy{HostLoopback: []netip.Addr{gateway}, AllowHostLoopback: true}), nil)
-	pc, err := e.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 0))
-	require.NoError(t, err)
-	defer pc.Close()
-	dst := netip.AddrPortFrom(gateway, uint16(uc.LocalAddr().(*net.UDPAddr).Port))
-	buf := make([]byte, 100)
-	for _, msg := range []string{"one", "two"} {
-		_, err = pc.WriteTo([]byte(msg), net.UDPAddrFromAddrPort(dst))
-		require.NoError(t, err)
-		pc.SetReadDeadline(time.Now().Add(30 * time.Second))
-		n, from, err := pc.ReadFrom(buf)
-		require.NoError(t, err)
-		require.Equal(t, msg, string(buf[:n]))
-		require.Equal(t, dst, from.(*net.UDPAddr).AddrPort())
-	}
-	require.Equal(t, uint64(1), e.fw.Stats().UDPOpened, "one flow for the socket")
-}
-
 // TestUDPRefusalIsICMP checks that a refused datagram is answered with an
 // ICMP port unreachable, so the peer's connected socket fails with
 // ECONNREFUSED rather than waiting: refused by policy (in the relay), by a
@@ -413,8 +393,8 @@ func TestRelayLocalAddrUDP(t *testing.T) {
 	require.Equal(t, local, got.Addr().Unmap(), "the relay's socket is bound to the dialer's local address")
 }
 
-// netstackNet has the UDP methods of a userspace network
-// (wireguard-go's tun/netstack.Net): concrete results, no ListenPacket.
+// netstackNet has the UDP method of a userspace network (wireguard-go's
+// tun/netstack.Net): a concrete result, no ListenPacket.
 type netstackNet struct {
 	net.Dialer
 	listened atomic.Int32
@@ -422,32 +402,57 @@ type netstackNet struct {
 
 func (n *netstackNet) ListenUDP(laddr *net.UDPAddr) (*net.UDPConn, error) {
 	n.listened.Add(1)
-	if laddr.IP.IsUnspecified() {
-		laddr = &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: laddr.Port}
-	}
 	return net.ListenUDP("udp", laddr)
 }
 
-// TestRelayNetstackUDP checks that a dialer with a userspace network's
-// ListenUDP carries UDP, full cone, as a PacketListener does.
-func TestRelayNetstackUDP(t *testing.T) {
-	uc := udpEcho(t)
-	d := &netstackNet{}
-	e := newEnv(t, Relay(d, &Policy{HostLoopback: []netip.Addr{gateway}, AllowHostLoopback: true}), nil)
-	pc, err := e.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 0))
-	require.NoError(t, err)
-	defer pc.Close()
-	dst := netip.AddrPortFrom(gateway, uint16(uc.LocalAddr().(*net.UDPAddr).Port))
-	buf := make([]byte, 100)
-	for _, msg := range []string{"one", "two"} {
-		_, err = pc.WriteTo([]byte(msg), net.UDPAddrFromAddrPort(dst))
-		require.NoError(t, err)
-		require.NoError(t, pc.SetReadDeadline(time.Now().Add(30*time.Second)))
-		n, from, err := pc.ReadFrom(buf)
-		require.NoError(t, err)
-		require.Equal(t, msg, string(buf[:n]))
-		require.Equal(t, dst, from.(*net.UDPAddr).AddrPort())
+// netstackAddrPort has wgnet.Net's shape of it.
+type netstackAddrPort struct {
+	net.Dialer
+	listened atomic.Int32
+}
+
+func (n *netstackAddrPort) ListenUDPAddrPort(laddr netip.AddrPort) (*net.UDPConn, error) {
+	n.listened.Add(1)
+	return net.ListenUDP("udp", net.UDPAddrFromAddrPort(laddr))
+}
+
+// TestRelayPacketSockets relays UDP through dialers that are not a
+// *net.Dialer but have packet sockets: ListenPacket (PacketListener), or
+// a userspace network's ListenUDP or ListenUDPAddrPort. One socket per
+// flow carries every datagram of it, full cone.
+func TestRelayPacketSockets(t *testing.T) {
+	ns, nsap := &netstackNet{}, &netstackAddrPort{}
+	for _, tc := range []struct {
+		name     string
+		d        proxy.ContextDialer
+		listened func() int32 // sockets the dialer opened, if it tells
+	}{
+		{"ListenPacket", &listenDialer{}, nil},
+		{"ListenUDP", ns, ns.listened.Load},
+		{"ListenUDPAddrPort", nsap, nsap.listened.Load},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			uc := udpEcho(t)
+			e := newEnv(t, Relay(tc.d, &Policy{HostLoopback: []netip.Addr{gateway}, AllowHostLoopback: true}), nil)
+			pc, err := e.A.ListenUDP(netip.AddrPortFrom(stacktest.A4, 0))
+			require.NoError(t, err)
+			defer pc.Close()
+			dst := netip.AddrPortFrom(gateway, uint16(uc.LocalAddr().(*net.UDPAddr).Port))
+			buf := make([]byte, 100)
+			for _, msg := range []string{"one", "two"} {
+				_, err = pc.WriteTo([]byte(msg), net.UDPAddrFromAddrPort(dst))
+				require.NoError(t, err)
+				require.NoError(t, pc.SetReadDeadline(time.Now().Add(30*time.Second)))
+				n, from, err := pc.ReadFrom(buf)
+				require.NoError(t, err)
+				require.Equal(t, msg, string(buf[:n]))
+				require.Equal(t, dst, from.(*net.UDPAddr).AddrPort())
+			}
+			require.Equal(t, uint64(1), e.fw.Stats().UDPOpened, "one flow for the socket")
+			if tc.listened != nil {
+				require.Equal(t, int32(1), tc.listened(), "one socket for the flow")
+			}
+			require.Zero(t, e.fw.Stats().Refused[Unsupported])
+		})
 	}
-	require.Equal(t, int32(1), d.listened.Load(), "one socket for the flow")
-	require.Zero(t, e.fw.Stats().Refused[Unsupported])
 }

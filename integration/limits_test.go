@@ -4,7 +4,6 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -13,8 +12,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -37,54 +34,34 @@ import (
 // which stands for the host: its loopback serves the host services, and
 // it routes blackholed (203.0.113.0/24) to a namespace that drops
 // everything, so a connect there waits for an answer that never comes.
-// The sandbox's programs are this test binary, started with
-// limitsChildEnv naming what to do.
-
-// limitsChildEnv makes the test binary, started inside the sandbox, run
-// one of limitsChild's programs instead of the tests.
-const limitsChildEnv = "USTACK_TEST_LIMITS_CHILD"
+// The sandbox's programs are this test binary, playing the modes added
+// to childModes here.
 
 // blackholed is the prefix the host namespace routes to nowhere.
 var blackholed = netip.MustParsePrefix("203.0.113.0/24")
 
 func init() {
-	mode := os.Getenv(limitsChildEnv)
-	if mode == "" {
-		return
-	}
-	out, err := limitsChild(mode, os.Args[1:])
-	fmt.Print(out)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "limits child %s: %v\n", mode, err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
-// limitsChild runs one program inside the sandbox and returns what it
-// prints.
-func limitsChild(mode string, args []string) (string, error) {
-	switch mode {
-	case "connect": // ADDR N: N connects at once, held until all ended
+	childModes["connect"] = func(args []string) (string, error) { // ADDR N: N connects at once, held until all ended
 		n, err := strconv.Atoi(args[1])
 		if err != nil {
 			return "", err
 		}
 		return connectAll(slices(args[0], n), nil), nil
-	case "floodfetch": // URL SIZE DST...: a download, connects to DSTs meanwhile
+	}
+	childModes["floodfetch"] = func(args []string) (string, error) { // URL SIZE DST...: a download, connects to DSTs meanwhile
 		size, err := strconv.ParseInt(args[1], 10, 64)
 		if err != nil {
 			return "", err
 		}
 		return floodFetch(args[0], size, args[2:])
-	case "badsyn": // GW PORT: SYN+RST and SYN+FIN, then a real connect
+	}
+	childModes["badsyn"] = func(args []string) (string, error) { // GW PORT: SYN+RST and SYN+FIN, then a real connect
 		port, err := strconv.Atoi(args[1])
 		if err != nil {
 			return "", err
 		}
 		return badSyns(netip.MustParseAddr(args[0]), uint16(port))
 	}
-	return "", fmt.Errorf("unknown mode %q", mode)
 }
 
 // slices is n copies of addr.
@@ -239,16 +216,11 @@ func floodFetch(url string, size int64, dsts []string) (string, error) {
 // one with FIN set to gw:port, then connects there for real (the barrier
 // the test counts against).
 func badSyns(gw netip.Addr, port uint16) (string, error) {
-	ifi, err := net.InterfaceByName(sandbox.DefaultDevice)
+	r, err := openRawSender(sandbox.DefaultDevice)
 	if err != nil {
 		return "", err
 	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return "", fmt.Errorf("packet socket: %w", err)
-	}
-	defer unix.Close(fd)
-	r := &rawSender{fd: fd, ifindex: ifi.Index}
+	defer r.close()
 	src := sandbox.DefaultAddr4.Addr()
 	const syn, rst, fin = 0x02, 0x04, 0x01
 	for i, flags := range []byte{syn | rst, syn | fin} {
@@ -355,16 +327,15 @@ func parseTunStats(stderr string) tunStats {
 
 func (h *hostNet) tun(t *testing.T, flags []string, mode string, args ...string) tunRun {
 	t.Helper()
-	self, err := os.Executable()
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	argv := append(append([]string{"netns", "exec", h.ns.Name, h.bin, "tun", "-allow-host-loopback", "-stats"}, flags...), "--", self)
-	cmd := exec.CommandContext(ctx, "ip", append(argv, args...)...)
-	cmd.Env = append(os.Environ(), limitsChildEnv+"="+mode)
+	wrap := append(append([]string{"ip", "netns", "exec", h.ns.Name, h.bin, "tun", "-allow-host-loopback", "-stats"}, flags...), "--")
+	cmd := childCmd(t, wrap, mode, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
+	require.NoError(t, cmd.Start())
+	// Far beyond what any of these runs takes: a hang fails the test.
+	watchdog := time.AfterFunc(5*time.Minute, func() { cmd.Process.Kill() })
+	err := cmd.Wait()
+	watchdog.Stop()
 	require.NoError(t, err, "ustack tun -- %s %v: %s", mode, args, stderr.String())
 	return tunRun{out: stdout.String(), stats: parseTunStats(stderr.String())}
 }
@@ -376,20 +347,12 @@ func acceptCount(t *testing.T, ln net.Listener) *atomic.Int64 {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var conns []net.Conn
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			n.Add(1)
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
+	acceptLoop(&wg, ln, func(c net.Conn) {
+		n.Add(1)
+		mu.Lock()
+		conns = append(conns, c)
+		mu.Unlock()
+	})
 	t.Cleanup(func() {
 		ln.Close()
 		wg.Wait()

@@ -214,8 +214,15 @@ func childMain(mode string, args []string) (string, error) {
 		n, _ := strconv.Atoi(arg(0))
 		return "", exitCode(n)
 	}
+	if f := childModes[mode]; f != nil {
+		return f(args)
+	}
 	return "", fmt.Errorf("unknown mode %q", mode)
 }
+
+// childModes are sandbox-side programs of other files, by mode, which
+// they add in their init.
+var childModes = map[string]func(args []string) (string, error){}
 
 // childCmd is the test binary playing mode with args, started through the
 // command line wrap (such as ustack tun ... --) if it is not empty.
@@ -552,16 +559,11 @@ func TestTunCommand(t *testing.T) {
 // n UDP datagrams from n source ports (n NAT mappings asked for), n SYNs
 // to an unresponsive host port and n malformed packets.
 func floodChild(gw netip.Addr, udpPort, synPort uint16, n int) (string, error) {
-	ifi, err := net.InterfaceByName(sandbox.DefaultDevice)
+	r, err := openRawSender(sandbox.DefaultDevice)
 	if err != nil {
 		return "", err
 	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return "", fmt.Errorf("packet socket: %w", err)
-	}
-	defer unix.Close(fd)
-	r := &rawSender{fd: fd, ifindex: ifi.Index}
+	defer r.close()
 	src := sandbox.DefaultAddr4.Addr()
 	for i := range n {
 		sport := uint16(10000 + i%50000)
