@@ -59,8 +59,9 @@ type Options struct {
 	// of connects to a live server is never refused. One destination
 	// holds a quarter of the counted handshakes at most, one peer (source
 	// address) half. A handshake that finds no room waits for it, up to
-	// SlowHandshake, and is then refused with a reset (HalfOpen). See the
-	// package doc.
+	// SlowHandshake, and is then refused with a reset (HalfOpen); MaxTCP
+	// handshakes wait at most, each holding a goroutine and its SYN but
+	// no flow. See the package doc.
 	MaxHalfOpen int
 	// SlowHandshake is how long a handshake may take before it counts
 	// against MaxHalfOpen whatever its destination, and how long one
