@@ -48,7 +48,7 @@ func (r *relay) tcpDNS(u *UDPFlow) {
 		if ok {
 			reason = Unsupported
 		}
-		f.refuse(reason)
+		u.refuseDatagram(reason, buf[:n], dst)
 		return
 	}
 	var wg sync.WaitGroup
@@ -61,9 +61,9 @@ func (r *relay) tcpDNS(u *UDPFlow) {
 		to, dns, reason, ok := r.pol.target(dst)
 		switch {
 		case !ok:
-			f.refuse(reason)
+			u.refuseDatagram(reason, buf[:n], dst)
 		case !dns.IsValid():
-			f.refuse(Unsupported)
+			u.refuseDatagram(Unsupported, buf[:n], dst)
 		case n < dnsHeaderLen:
 			f.c.udpDropped.Add(1)
 		default:

@@ -50,6 +50,7 @@ type Forwarder struct {
 	gs   *gstack.Stack
 	h    Handler
 	ping PingHandler
+	fwd  *tcp.Forwarder // gVisor's, which takes SYNs to handleTCP
 	o    Options
 	c    counters
 	mtus map[tcpip.NICID]uint32 // of the forwarded NICs, read-only
@@ -61,7 +62,7 @@ type Forwarder struct {
 	state    int // open, shuttingDown or closed
 	flows    map[*flow]struct{}
 	udp      map[netip.AddrPort]*UDPFlow // by the peer's socket
-	half     map[netip.AddrPort]int      // half-open TCP by destination
+	adm      admission                   // of TCP handshakes (handshake.go)
 	closers  []func()                    // run by Close (handlers' resources)
 	released chan struct{}               // signalled when a flow ends
 	hp       *hostPoller                 // parked host sockets of Relay's TCP flows, once one was
@@ -93,7 +94,8 @@ func New(st *stack.Stack, h Handler, o *Options) (*Forwarder, error) {
 	}
 	f := &Forwarder{
 		st: st, gs: st.GVisor(), h: h, o: opts.normalized(),
-		flows: map[*flow]struct{}{}, udp: map[netip.AddrPort]*UDPFlow{}, half: map[netip.AddrPort]int{},
+		flows: map[*flow]struct{}{}, udp: map[netip.AddrPort]*UDPFlow{},
+		adm:      admission{dsts: map[netip.AddrPort]*dstState{}, srcs: map[netip.Addr]int{}},
 		released: make(chan struct{}, 1),
 	}
 	f.ping, _ = h.(PingHandler)
@@ -113,19 +115,20 @@ func New(st *stack.Stack, h Handler, o *Options) (*Forwarder, error) {
 	}
 	for _, id := range nics {
 		if terr := f.gs.SetPromiscuousMode(id, true); terr != nil {
-			return nil, fmt.Errorf("forward: promiscuous mode on NIC %d: %s", id, terr)
+			return nil, fmt.Errorf("forward: promiscuous mode on NIC %d: %w", id, stack.TranslateError(terr))
 		}
 		if terr := f.gs.SetSpoofing(id, true); terr != nil {
-			return nil, fmt.Errorf("forward: spoofing on NIC %d: %s", id, terr)
+			return nil, fmt.Errorf("forward: spoofing on NIC %d: %w", id, stack.TranslateError(terr))
 		}
 	}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
-	maxHalf := f.o.MaxHalfOpen
-	fwd := tcp.NewForwarder(f.gs, 0, maxHalf, f.handleTCP)
+	// gVisor's limit on pending requests drops SYNs silently: admission
+	// (handshake.go) applies the limits instead, refusing with resets.
+	f.fwd = tcp.NewForwarder(f.gs, 0, unlimited, f.handleTCP)
 	for _, p := range []struct {
 		num tcpip.TransportProtocolNumber
 		h   stack.TransparentHandler
-	}{{tcp.ProtocolNumber, fwd.HandlePacket}, {udp.ProtocolNumber, f.handleUDP}, {icmp.ProtocolNumber4, f.handleEcho}, {icmp.ProtocolNumber6, f.handleEcho}} {
+	}{{tcp.ProtocolNumber, f.handleSegment}, {udp.ProtocolNumber, f.handleUDP}, {icmp.ProtocolNumber4, f.handlePing}, {icmp.ProtocolNumber6, f.handlePing}} {
 		if err := st.SetTransparentHandler(p.num, p.h); err != nil {
 			f.detach()
 			return nil, fmt.Errorf("forward: %w", err)
@@ -146,10 +149,7 @@ func (f *Forwarder) Stack() *stack.Stack { return f.st }
 
 // Stats returns the Forwarder's counters.
 func (f *Forwarder) Stats() Stats {
-	s := f.c.snapshot()
-	// gVisor counts SYNs beyond MaxHalfOpen; they are half-open refusals.
-	s.Refused[HalfOpen] += f.gs.Stats().TCP.ForwardMaxInFlightDrop.Value()
-	return s
+	return f.c.snapshot()
 }
 
 // refuse counts a refusal.

@@ -1,9 +1,11 @@
 package forward
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"syscall"
 
@@ -31,13 +33,7 @@ type hostFlow struct {
 // hostUDP serves u until it closes; false means no host socket could be
 // had.
 func hostUDP(r *relay, u *UDPFlow) bool {
-	// One dual-stack socket serves either family of destination (an IPv6
-	// peer socket may query an IPv4 resolver); fall back to IPv4 on a
-	// host without IPv6.
-	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv6unspecified})
-	if err != nil && u.src.Addr().Is4() {
-		c, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4zero})
-	}
+	c, err := listenHostUDP(u.f.ctx, r.host, u.src.Addr().Is4())
 	if err != nil {
 		return false
 	}
@@ -64,7 +60,7 @@ func (h *hostFlow) send(b []byte, dst netip.AddrPort) bool {
 	f := h.u.f
 	to, dns, reason, ok := h.r.pol.target(dst)
 	if !ok {
-		f.refuse(reason)
+		h.u.refuseDatagram(reason, b, dst)
 		return false
 	}
 	h.mu.Lock()
@@ -90,9 +86,69 @@ func (h *hostFlow) send(b []byte, dst netip.AddrPort) bool {
 	case errors.Is(e, unix.EAGAIN) || errors.Is(e, unix.ENOBUFS):
 		f.c.udpDropped.Add(1)
 	default:
-		f.refuse(HostError)
+		h.u.refuseDatagram(HostError, b, dst)
 	}
 	return false
+}
+
+// listenHostUDP opens a flow's host socket as d opens its own (its Control,
+// the address of its LocalAddr). Without a LocalAddr, one dual-stack
+// socket serves either family of destination (an IPv6 peer socket may
+// query an IPv4 resolver), or an IPv4 one for an IPv4 peer on a host
+// without IPv6.
+func listenHostUDP(ctx context.Context, d *net.Dialer, v4 bool) (*net.UDPConn, error) {
+	lc := listenConfig(ctx, d)
+	var pc net.PacketConn
+	var err error
+	if la := dialerLocalIP(d); la.IsValid() {
+		network := "udp4"
+		if la.Is6() {
+			network = "udp6"
+		}
+		pc, err = lc.ListenPacket(ctx, network, netip.AddrPortFrom(la, 0).String())
+	} else {
+		pc, err = lc.ListenPacket(ctx, "udp", "[::]:0")
+		if err != nil && v4 {
+			pc, err = lc.ListenPacket(ctx, "udp4", "0.0.0.0:0")
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return pc.(*net.UDPConn), nil
+}
+
+// listenPingDgram opens an ICMP datagram socket ("ping socket") bound to
+// laddr, handing it to control (if not nil) first, as the net package
+// does with the sockets it makes: package net opens none of this kind.
+// network names it to control.
+func listenPingDgram(control controlFunc, network string, laddr netip.Addr) (net.PacketConn, error) {
+	var family, proto int
+	var sa unix.Sockaddr
+	if laddr.Is6() {
+		family, proto, sa = unix.AF_INET6, unix.IPPROTO_ICMPV6, &unix.SockaddrInet6{Addr: laddr.As16()}
+	} else {
+		family, proto, sa = unix.AF_INET, unix.IPPROTO_ICMP, &unix.SockaddrInet4{Addr: laddr.As4()}
+	}
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, proto)
+	if err != nil {
+		return nil, os.NewSyscallError("socket", err)
+	}
+	f := os.NewFile(uintptr(fd), "icmp-dgram")
+	defer f.Close() // net.FilePacketConn holds a copy
+	if control != nil {
+		rc, err := f.SyscallConn()
+		if err != nil {
+			return nil, err
+		}
+		if err := control(network, laddr.String(), rc); err != nil {
+			return nil, err
+		}
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		return nil, os.NewSyscallError("bind", err)
+	}
+	return net.FilePacketConn(f)
 }
 
 // sockaddr is to in the form the socket's family takes.

@@ -59,7 +59,7 @@ func openParked(t *testing.T, n int) *parkedFlows {
 		_, err = io.ReadFull(c, b[:])
 		require.NoError(t, err)
 		require.Equal(t, byte(i), b[0])
-		h := <-accepted
+		h := recv(t, accepted, "the host listener accepts")
 		t.Cleanup(func() { h.Close() })
 		pf.peers = append(pf.peers, c)
 		pf.hosts = append(pf.hosts, h)
@@ -213,7 +213,7 @@ func TestRelayFlowsWakeAndExchange(t *testing.T) {
 		}()
 	}
 	for range n {
-		require.NoError(t, <-errs)
+		require.NoError(t, recv(t, errs, "a flow's exchange ends"))
 	}
 	require.Eventually(t, func() bool { return pf.e.fw.Stats().TCPFlows == 0 }, 30*time.Second, time.Millisecond)
 	st := pf.e.fw.Stats()
@@ -317,5 +317,5 @@ func BenchmarkHostWriter(b *testing.B) {
 		}
 	}
 	c.Close()
-	<-drained
+	recv(b, drained, "the drain ends")
 }

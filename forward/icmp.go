@@ -11,6 +11,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/ustack-dev/ustack/stack"
 )
 
 // PingRequest is an ICMP echo request to an address the stack does not
@@ -49,11 +51,11 @@ func (p *PingRequest) Reply(from netip.Addr, msg []byte) error {
 	}
 	switch {
 	case len(msg) < header.ICMPv4MinimumSize:
-		return errors.New("forward: echo reply: message shorter than an ICMP header")
+		return errors.New("forward: ping reply: message shorter than an ICMP header")
 	case from.Is6() != v6:
-		return fmt.Errorf("forward: echo reply from %v: not of the peer's IP version", from)
+		return fmt.Errorf("forward: ping reply from %v: not of the peer's IP version", from)
 	case hlen+len(msg) > int(p.f.mtu(p.nic)):
-		return fmt.Errorf("forward: echo reply of %d bytes: %w", len(msg), errTooBig)
+		return fmt.Errorf("forward: ping reply of %d bytes: %w", len(msg), errTooBig)
 	}
 	v := buffer.NewViewSize(hlen + len(msg))
 	b := v.AsSlice()
@@ -77,17 +79,17 @@ func (p *PingRequest) Reply(from netip.Addr, msg []byte) error {
 		binary.BigEndian.PutUint16(icmp[2:4], ^checksum.Checksum(icmp, 0))
 	}
 	if terr := p.f.gs.WriteRawPacket(p.nic, proto, buffer.MakeWithView(v)); terr != nil {
-		return fmt.Errorf("forward: echo reply: %s", terr)
+		return fmt.Errorf("forward: ping reply: %w", stack.TranslateError(terr))
 	}
-	p.f.c.echoDown.Add(1)
+	p.f.c.pingsDown.Add(1)
 	return nil
 }
 
-// handleEcho takes ICMP messages no endpoint wanted, in the receive path.
+// handlePing takes ICMP messages no endpoint wanted, in the receive path.
 // Echo requests to addresses the stack does not own go to the
 // PingHandler (or nowhere); everything else is left to gVisor, which
 // answers pings of its own addresses.
-func (f *Forwarder) handleEcho(id gstack.TransportEndpointID, pkt *gstack.PacketBuffer) bool {
+func (f *Forwarder) handlePing(id gstack.TransportEndpointID, pkt *gstack.PacketBuffer) bool {
 	th := pkt.TransportHeader().Slice()
 	if len(th) < 1 {
 		return false
@@ -122,4 +124,59 @@ func (f *Forwarder) owns(nic tcpip.NICID, a tcpip.Address) bool {
 		}
 	}
 	return false
+}
+
+// Quoting limits of ICMP errors: an ICMPv4 error fits in 576 bytes (RFC
+// 1812 section 4.3.2.3), an ICMPv6 one in the IPv6 minimum MTU, 1280
+// (RFC 4443 section 2.4 (c)), as much of the offending packet as fits.
+const (
+	icmpv4ErrorMax = 576
+	icmpv6ErrorMax = header.IPv6MinimumMTU
+)
+
+// portUnreachable tells peer, through nic, that the datagram b it sent to
+// dst was refused: an ICMP port unreachable from dst quoting it, what a
+// host answers for a port nobody listens on, so the peer's socket fails
+// with ECONNREFUSED rather than wait for an answer that will not come.
+// b stays the caller's.
+func (f *Forwarder) portUnreachable(nic tcpip.NICID, peer, dst netip.AddrPort, b []byte) {
+	v6 := peer.Addr().Is6()
+	if dst.Addr().Is6() != v6 {
+		return
+	}
+	// The datagram as the peer sent it.
+	orig := make([]byte, udpHeaderLen(peer)+len(b))
+	copy(orig[udpHeaderLen(peer):], b)
+	encodeUDP(orig, peer, dst, len(b))
+	hlen, limit, icmpHdr := header.IPv4MinimumSize, icmpv4ErrorMax, header.ICMPv4MinimumSize
+	if v6 {
+		hlen, limit, icmpHdr = header.IPv6MinimumSize, icmpv6ErrorMax, header.ICMPv6MinimumSize
+	}
+	limit = min(limit, int(f.mtu(nic)))
+	quoted := orig[:min(len(orig), limit-hlen-icmpHdr)]
+	v := buffer.NewViewSize(hlen + icmpHdr + len(quoted))
+	pkt := v.AsSlice()
+	msg := pkt[hlen:]
+	copy(msg[icmpHdr:], quoted)
+	s, d := tcpip.AddrFromSlice(dst.Addr().AsSlice()), tcpip.AddrFromSlice(peer.Addr().AsSlice())
+	proto := header.IPv4ProtocolNumber
+	if v6 {
+		proto = header.IPv6ProtocolNumber
+		h := header.ICMPv6(msg)
+		h.SetType(header.ICMPv6DstUnreachable)
+		h.SetCode(header.ICMPv6PortUnreachable)
+		header.IPv6(pkt).Encode(&header.IPv6Fields{PayloadLength: uint16(len(msg)), TransportProtocol: header.ICMPv6ProtocolNumber, HopLimit: 64, SrcAddr: s, DstAddr: d})
+		h.SetChecksum(header.ICMPv6Checksum(header.ICMPv6ChecksumParams{Header: h[:header.ICMPv6HeaderSize], Src: s, Dst: d, PayloadCsum: checksum.Checksum(msg[header.ICMPv6HeaderSize:], 0), PayloadLen: len(msg) - header.ICMPv6HeaderSize}))
+	} else {
+		h := header.ICMPv4(msg)
+		h.SetType(header.ICMPv4DstUnreachable)
+		h.SetCode(header.ICMPv4PortUnreachable)
+		ip := header.IPv4(pkt)
+		ip.Encode(&header.IPv4Fields{TotalLength: uint16(len(pkt)), TTL: 64, Protocol: uint8(header.ICMPv4ProtocolNumber), SrcAddr: s, DstAddr: d})
+		ip.SetChecksum(^ip.CalculateChecksum())
+		h.SetChecksum(^checksum.Checksum(msg, 0))
+	}
+	// Best effort, as ICMP errors are: a NIC that refuses it refuses the
+	// datagram's answer too.
+	_ = f.gs.WriteRawPacket(nic, proto, buffer.MakeWithView(v))
 }

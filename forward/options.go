@@ -16,11 +16,17 @@ const (
 	// DefaultMaxTCP and DefaultMaxUDP bound each protocol's share.
 	DefaultMaxTCP = 4096
 	DefaultMaxUDP = 4096
-	// DefaultMaxHalfOpen bounds TCP connections waiting for their handler
-	// to Accept or Reject them (gVisor's forwarder ignores further SYNs).
-	// Linux's default tcp_max_syn_backlog is 128 to 1024 by memory; 256 is
-	// in that range. One destination gets a quarter of it at most.
+	// DefaultMaxHalfOpen bounds the TCP handshakes that count (see
+	// Options.MaxHalfOpen): Linux's default tcp_max_syn_backlog is 128
+	// to 1024 by memory; 256 is in that range.
 	DefaultMaxHalfOpen = 256
+	// DefaultSlowHandshake is how long a handshake (SYN to the handler's
+	// answer) may take before it counts as one whose destination does not
+	// answer: RFC 6298's initial retransmission timeout, 1 s, after which
+	// the peer's own stack takes its SYN (or our SYN-ACK) for lost. A
+	// destination anywhere on Earth answers a connect sooner; a dial
+	// through a proxy takes two round trips, still well below it.
+	DefaultSlowHandshake = time.Second
 	// DefaultMemoryBudget bounds the buffers all flows may hold at once,
 	// as Linux's tcp_mem bounds socket memory. A flow reserves its worst
 	// case when it opens (a TCP flow its send and receive buffers at their
@@ -45,9 +51,24 @@ type Options struct {
 	// MaxFlows bounds flows of all protocols at once (DefaultMaxFlows);
 	// MaxTCP and MaxUDP each protocol's (DefaultMaxTCP, DefaultMaxUDP).
 	MaxFlows, MaxTCP, MaxUDP int
-	// MaxHalfOpen bounds TCP connections not yet accepted or rejected
-	// (DefaultMaxHalfOpen); one destination holds a quarter at most.
+	// MaxHalfOpen bounds the TCP handshakes (SYN received, not yet
+	// accepted or rejected) that count (DefaultMaxHalfOpen): those to a
+	// destination that has not shown it answers, and any that has taken
+	// longer than SlowHandshake. Each handshake to a destination answered
+	// within SlowHandshake lets two more to it run uncounted, so a burst
+	// of connects to a live server is never refused. One destination
+	// holds a quarter of the counted handshakes at most, one peer (source
+	// address) half. A handshake that finds no room waits for it, up to
+	// SlowHandshake, and is then refused with a reset (HalfOpen); MaxTCP
+	// handshakes wait at most, each holding a goroutine and its SYN but
+	// no flow. See the package doc.
 	MaxHalfOpen int
+	// SlowHandshake is how long a handshake may take before it counts
+	// against MaxHalfOpen whatever its destination, and how long one
+	// waits for room (DefaultSlowHandshake). Negative means the strict
+	// limit: every handshake counts from its SYN, and one that finds no
+	// room is refused at once.
+	SlowHandshake time.Duration
 	// TCPBuffer caps each TCP flow's send and receive buffer in bytes.
 	// Zero means the stack's own maxima (stack.TCPOptions), which keeps
 	// gVisor's buffer auto-tuning; a smaller value is set on each flow,
@@ -90,6 +111,9 @@ func (o Options) normalized() Options {
 		o.MemoryBudget = DefaultMemoryBudget
 	case o.MemoryBudget < 0:
 		o.MemoryBudget = int64(^uint64(0) >> 1)
+	}
+	if o.SlowHandshake == 0 {
+		o.SlowHandshake = DefaultSlowHandshake
 	}
 	if o.UDPIdleTimeout <= 0 {
 		o.UDPIdleTimeout = DefaultUDPIdleTimeout

@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,17 +11,16 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/net/icmp"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
 
-// maxEchoMaps bounds the ICMP echo mappings (peer address and echo
+// maxPingMaps bounds the ICMP echo mappings (peer address and echo
 // identifier) alive at once: a ping per mapping, so 1024 is far more than
 // any peer pings in parallel, and a flood of identifiers is refused.
-const maxEchoMaps = 1024
+const maxPingMaps = 1024
 
-// echoRelay carries pings to the host's raw ICMP sockets and the answers
+// pingRelay carries pings to the host's raw ICMP sockets and the answers
 // back, mapping each (peer address, identifier) to an identifier of its
 // own, as a NAT does.
 //
@@ -31,46 +31,46 @@ const maxEchoMaps = 1024
 // so there the relay tells replies apart by sequence number instead: it
 // gives each request a sequence number of its own and restores the
 // peer's in the reply.
-type echoRelay struct {
+type pingRelay struct {
 	r *relay
 
 	mu     sync.Mutex
 	f      *Forwarder        // the one the relay serves, set on first use
 	conns  [2]net.PacketConn // ICMPv4, ICMPv6; opened on first use
 	dgram  [2]bool           // conns[fam] is a datagram socket
-	failed [2]bool           // the host refused both sockets, or closed
-	byPeer map[echoKey]*echoMap
-	byHost [2]map[uint16]*echoMap
+	failed [2]error          // why the host refused both sockets, or closed
+	byPeer map[pingKey]*pingMap
+	byHost [2]map[uint16]*pingMap
 	// bySeq maps a datagram socket's sequence numbers to the request
 	// they stand for (at most 65536 per family: a number is reused when
 	// the counter wraps); nextSeq is the last one given.
-	bySeq   [2]map[uint16]echoSeq
+	bySeq   [2]map[uint16]pingSeq
 	nextSeq [2]uint16
 }
 
-// echoSeq is a request in flight on a datagram socket.
-type echoSeq struct {
-	m   *echoMap
+// pingSeq is a request in flight on a datagram socket.
+type pingSeq struct {
+	m   *pingMap
 	seq uint16 // the peer's
 }
 
-type echoKey struct {
+type pingKey struct {
 	src netip.Addr
 	id  uint16
 }
 
-type echoMap struct {
-	key    echoKey
+type pingMap struct {
+	key    pingKey
 	hostID uint16
 	last   time.Time
 	req    *PingRequest // the latest, to reply through
 }
 
-func (e *echoRelay) init(r *relay) {
+func (e *pingRelay) init(r *relay) {
 	e.r = r
-	e.byPeer = map[echoKey]*echoMap{}
-	e.byHost = [2]map[uint16]*echoMap{{}, {}}
-	e.bySeq = [2]map[uint16]echoSeq{{}, {}}
+	e.byPeer = map[pingKey]*pingMap{}
+	e.byHost = [2]map[uint16]*pingMap{{}, {}}
+	e.bySeq = [2]map[uint16]pingSeq{{}, {}}
 }
 
 func famOf(a netip.Addr) int {
@@ -81,10 +81,10 @@ func famOf(a netip.Addr) int {
 }
 
 // send relays one echo request.
-func (e *echoRelay) send(req *PingRequest) {
+func (e *pingRelay) send(req *PingRequest) {
 	f := req.f
 	fam := famOf(req.src)
-	key := echoKey{req.src, req.ID()}
+	key := pingKey{req.src, req.ID()}
 	e.mu.Lock()
 	conn, dgram := e.connLocked(f, fam)
 	if conn == nil {
@@ -108,7 +108,7 @@ func (e *echoRelay) send(req *PingRequest) {
 	if dgram {
 		e.nextSeq[fam]++
 		seq := e.nextSeq[fam]
-		e.bySeq[fam][seq] = echoSeq{m: m, seq: binary.BigEndian.Uint16(out[6:8])}
+		e.bySeq[fam][seq] = pingSeq{m: m, seq: binary.BigEndian.Uint16(out[6:8])}
 		binary.BigEndian.PutUint16(out[6:8], seq)
 		dst = &net.UDPAddr{IP: req.dst.AsSlice()}
 	}
@@ -124,27 +124,27 @@ func (e *echoRelay) send(req *PingRequest) {
 		f.refuse(HostError)
 		return
 	}
-	f.c.echoUp.Add(1)
+	f.c.pingsUp.Add(1)
 }
 
 // connLocked returns the family's raw socket, or its ICMP datagram
 // socket (dgram) where the host refuses a raw one, opening it (and
 // starting its receive loop, a goroutine of f's) on first use.
-func (e *echoRelay) connLocked(f *Forwarder, fam int) (conn net.PacketConn, dgram bool) {
+func (e *pingRelay) connLocked(f *Forwarder, fam int) (conn net.PacketConn, dgram bool) {
 	if e.f == nil {
 		e.f = f
 		f.atClose(e.close)
 	}
-	if e.f != f || e.conns[fam] != nil || e.failed[fam] {
+	if e.f != f || e.conns[fam] != nil || e.failed[fam] != nil {
 		return e.conns[fam], e.dgram[fam]
 	}
 	if !f.begin() {
 		return nil, false
 	}
-	conn, dgram, err := ListenPing(fam == 1)
+	conn, dgram, err := listenPing(f.ctx, e.r.host, fam == 1)
 	if err != nil {
 		f.wg.Done()
-		e.failed[fam] = true
+		e.failed[fam] = err
 		return nil, false
 	}
 	e.conns[fam], e.dgram[fam] = conn, dgram
@@ -152,38 +152,52 @@ func (e *echoRelay) connLocked(f *Forwarder, fam int) (conn net.PacketConn, dgra
 	return conn, dgram
 }
 
-// ListenPing opens the host socket the echo relay sends pings through: a
+// ListenPing opens the host socket the ping relay sends pings through: a
 // raw ICMP socket, which takes CAP_NET_RAW, or else an ICMP datagram
 // socket (dgram), which takes membership of a group in
 // net.ipv4.ping_group_range (both families use that sysctl). The error,
-// when neither is allowed, names both and what to do.
+// when neither is allowed, names both and what to do. Relay opens its
+// own as its *net.Dialer would (Forwarder.OpenPing).
 func ListenPing(v6 bool) (conn net.PacketConn, dgram bool, err error) {
-	network, laddr, dgramNet := "ip4:icmp", "0.0.0.0", "udp4"
+	return listenPing(context.Background(), nil, v6)
+}
+
+// listenPing is ListenPing opening the sockets as d opens its own: with
+// its Control (or ControlContext, with ctx) and bound to the address of
+// its LocalAddr, which must then be of the family's IP version.
+func listenPing(ctx context.Context, d *net.Dialer, v6 bool) (conn net.PacketConn, dgram bool, err error) {
+	network, laddr := "ip4:icmp", netip.IPv4Unspecified()
 	if v6 {
-		network, laddr, dgramNet = "ip6:ipv6-icmp", "::", "udp6"
+		network, laddr = "ip6:ipv6-icmp", netip.IPv6Unspecified()
 	}
-	c, rawErr := net.ListenPacket(network, laddr)
+	if la := dialerLocalIP(d); la.IsValid() {
+		if la.Is6() != v6 {
+			return nil, false, fmt.Errorf("forward: ping relay: %s: the dialer's local address %v is of the other IP version", network, la)
+		}
+		laddr = la
+	}
+	c, rawErr := listenConfig(ctx, d).ListenPacket(ctx, network, laddr.String())
 	if rawErr == nil {
 		return c, false, nil
 	}
-	pc, err := icmp.ListenPacket(dgramNet, laddr)
+	pc, err := listenPingDgram(dialerControl(ctx, d), network, laddr)
 	if err == nil {
 		return pc, true, nil
 	}
-	return nil, false, fmt.Errorf("forward: ping relay: a raw ICMP socket is refused (%v: needs CAP_NET_RAW) and so is an ICMP datagram socket (%v: needs one of this process's groups in sysctl net.ipv4.ping_group_range): run as root, or widen the range, e.g. sysctl -w net.ipv4.ping_group_range=\"0 2147483647\"", rawErr, err)
+	return nil, false, fmt.Errorf("forward: ping relay: a raw ICMP socket is refused (%w: needs CAP_NET_RAW) and so is an ICMP datagram socket (%w: needs one of this process's groups in sysctl net.ipv4.ping_group_range): run as root, or widen the range, e.g. sysctl -w net.ipv4.ping_group_range=\"0 2147483647\"", rawErr, err)
 }
 
 // newMapLocked makes a mapping with a free host identifier, first
 // forgetting mappings idle longer than idle.
-func (e *echoRelay) newMapLocked(key echoKey, fam int, now time.Time, idle time.Duration) *echoMap {
-	if len(e.byPeer) >= maxEchoMaps {
+func (e *pingRelay) newMapLocked(key pingKey, fam int, now time.Time, idle time.Duration) *pingMap {
+	if len(e.byPeer) >= maxPingMaps {
 		for k, m := range e.byPeer {
 			if now.Sub(m.last) > idle {
 				delete(e.byPeer, k)
 				delete(e.byHost[famOf(k.src)], m.hostID)
 			}
 		}
-		if len(e.byPeer) >= maxEchoMaps {
+		if len(e.byPeer) >= maxPingMaps {
 			return nil
 		}
 	}
@@ -191,7 +205,7 @@ func (e *echoRelay) newMapLocked(key echoKey, fam int, now time.Time, idle time.
 	for e.byHost[fam][id] != nil {
 		id++
 	}
-	m := &echoMap{key: key, hostID: id}
+	m := &pingMap{key: key, hostID: id}
 	e.byPeer[key] = m
 	e.byHost[fam][id] = m
 	return m
@@ -200,7 +214,7 @@ func (e *echoRelay) newMapLocked(key echoKey, fam int, now time.Time, idle time.
 // receiveLoop takes echo replies from the host's raw socket (which sees
 // every ICMP message the host receives) and passes on those of our
 // mappings.
-func (e *echoRelay) receiveLoop(f *Forwarder, fam int, conn net.PacketConn, dgram bool) {
+func (e *pingRelay) receiveLoop(f *Forwarder, fam int, conn net.PacketConn, dgram bool) {
 	defer f.wg.Done()
 	buf := make([]byte, 1<<16)
 	for {
@@ -226,7 +240,7 @@ func (e *echoRelay) receiveLoop(f *Forwarder, fam int, conn net.PacketConn, dgra
 			fromIP = a.IP
 		}
 		e.mu.Lock()
-		var m *echoMap
+		var m *pingMap
 		if dgram {
 			seq := binary.BigEndian.Uint16(msg[6:8])
 			if s, ok := e.bySeq[fam][seq]; ok {
@@ -256,7 +270,7 @@ func (e *echoRelay) receiveLoop(f *Forwarder, fam int, conn net.PacketConn, dgra
 }
 
 // close closes the raw sockets, ending the receive loops.
-func (e *echoRelay) close() {
+func (e *pingRelay) close() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for i, c := range e.conns {
@@ -264,23 +278,46 @@ func (e *echoRelay) close() {
 			c.Close()
 			e.conns[i] = nil
 		}
-		e.failed[i] = true
+		e.failed[i] = errClosed
 	}
 }
 
+// errClosed is why the ping relay of a closed Forwarder has no sockets.
+var errClosed = errors.New("forward: ping relay: the Forwarder is closed")
+
 // OpenPing opens the ping relay's host sockets now rather than on the
 // first ping, for a process about to confine itself (a seccomp filter
-// that refuses new raw sockets): a Forwarder whose handler is Relay's
-// keeps relaying pings through the sockets opened here. It does nothing
-// for other handlers.
-func (f *Forwarder) OpenPing() {
+// that refuses new raw sockets), and reports whether pings can be
+// relayed: an error says why not (no privilege for either kind of ICMP
+// socket, say, with what to do), for the caller to tell its user at
+// start. A Forwarder whose handler is Relay's keeps relaying pings
+// through the sockets opened here. For a handler of another kind it
+// opens nothing: it reports an error if that handler takes no pings (it
+// is no PingHandler), nil if it takes them its own way.
+func (f *Forwarder) OpenPing() error {
 	r, ok := f.h.(*relay)
 	if !ok {
-		return
+		if f.ping == nil {
+			return errors.New("forward: pings are not relayed: the Handler is no PingHandler")
+		}
+		return nil
 	}
-	e := &r.echo
+	if r.host == nil {
+		return fmt.Errorf("forward: pings are not relayed: the relay's dialer (%T) makes no host sockets; only a *net.Dialer's carry ICMP", r.d)
+	}
+	e := &r.ping
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.connLocked(f, 0)
-	e.connLocked(f, 1)
+	var errs []error
+	for fam := range e.conns {
+		if c, _ := e.connLocked(f, fam); c != nil {
+			continue
+		}
+		err := e.failed[fam]
+		if err == nil {
+			err = errClosed // begin refused: Close has begun
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }

@@ -8,7 +8,10 @@ import "net/netip"
 type Policy struct {
 	// Allow, if not empty, is the set of destinations flows may reach
 	// (reserved ones included, if covered); Deny is refused even if Allow
-	// covers it.
+	// covers it. A HostLoopback address is checked both as itself and as
+	// the loopback address it stands for: Deny covering either refuses
+	// it (a Deny always wins), and with Allow, Allow must cover one of
+	// them.
 	Allow, Deny []netip.Prefix
 	// HostLoopback are addresses that stand for the far side's loopback
 	// (a sandbox's gateway): with AllowHostLoopback, flows to them go to
@@ -52,9 +55,9 @@ func (p *Policy) target(dst netip.AddrPort) (to netip.AddrPort, dns netip.Addr, 
 		if !p.AllowHostLoopback {
 			return to, dns, HostLoopback, false
 		}
-		l := loop4
-		if a.Is6() {
-			l = loop6
+		l := loopbackOf(a)
+		if r, ok := p.allowedLoopback(a, l); !ok {
+			return to, dns, r, false
 		}
 		return netip.AddrPortFrom(l, dst.Port()), dns, 0, true
 	}
@@ -71,6 +74,35 @@ func (p *Policy) target(dst netip.AddrPort) (to netip.AddrPort, dns netip.Addr, 
 		return to, dns, r, false
 	}
 	return dst, dns, 0, true
+}
+
+// loopbackOf is the far side's loopback address of a's IP version.
+func loopbackOf(a netip.Addr) netip.Addr {
+	if a.Is6() {
+		return loop6
+	}
+	return loop4
+}
+
+// allowedLoopback applies Deny and Allow to a HostLoopback address asked
+// for and the loopback address l it stands for: a Deny of either wins;
+// with Allow, one of them must be covered. The reserved ranges do not
+// apply: AllowHostLoopback asked for loopback.
+func (p *Policy) allowedLoopback(asked, l netip.Addr) (Reason, bool) {
+	for _, d := range p.Deny {
+		if d.Contains(asked) || d.Contains(l) {
+			return Denied, false
+		}
+	}
+	if len(p.Allow) == 0 {
+		return 0, true
+	}
+	for _, al := range p.Allow {
+		if al.Contains(asked) || al.Contains(l) {
+			return 0, true
+		}
+	}
+	return Denied, false
 }
 
 // allowed applies Deny, Allow and the reserved ranges to an address.
@@ -121,9 +153,13 @@ func (p *Policy) source(from netip.AddrPort, viaDNS netip.Addr, v6 bool) (netip.
 			return from, HostLoopback, false
 		}
 		for _, lo := range p.HostLoopback {
-			if lo.Is6() == v6 {
-				return netip.AddrPortFrom(lo, from.Port()), 0, true
+			if lo.Is6() != v6 {
+				continue
 			}
+			if r, ok := p.allowedLoopback(lo, a); !ok {
+				return from, r, false
+			}
+			return netip.AddrPortFrom(lo, from.Port()), 0, true
 		}
 		return from, HostLoopback, false
 	}

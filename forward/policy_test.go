@@ -116,3 +116,52 @@ func TestEncodeUDP(t *testing.T) {
 		require.Equal(t, payload, []byte(u.Payload()))
 	}
 }
+
+// TestPolicyDenyWins checks that a Deny prefix refuses whatever else
+// allows a destination: an Allow prefix around it, and AllowHostLoopback,
+// whose addresses are checked both as asked for and as the loopback
+// address they stand for.
+func TestPolicyDenyWins(t *testing.T) {
+	pfx := netip.MustParsePrefix
+	ap := netip.MustParseAddrPort
+	gw4, gw6 := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("fd00:198:18::1")
+	hostLoop := func(p Policy) Policy {
+		p.HostLoopback, p.AllowHostLoopback = []netip.Addr{gw4, gw6}, true
+		return p
+	}
+	for _, tc := range []struct {
+		name   string
+		p      Policy
+		dst    string
+		to     string // where the flow goes, if allowed
+		reason Reason // why not, if to is ""
+	}{
+		{"deny inside allow", Policy{Allow: []netip.Prefix{pfx("203.0.113.0/24")}, Deny: []netip.Prefix{pfx("203.0.113.128/25")}}, "203.0.113.200:80", "", Denied},
+		{"allow around deny", Policy{Allow: []netip.Prefix{pfx("203.0.113.0/24")}, Deny: []netip.Prefix{pfx("203.0.113.128/25")}}, "203.0.113.5:80", "203.0.113.5:80", 0},
+		{"host loopback", hostLoop(Policy{}), "198.18.0.1:80", "127.0.0.1:80", 0},
+		{"deny the loopback it maps to", hostLoop(Policy{Deny: []netip.Prefix{pfx("127.0.0.0/8")}}), "198.18.0.1:80", "", Denied},
+		{"deny the gateway asked", hostLoop(Policy{Deny: []netip.Prefix{pfx("198.18.0.1/32")}}), "198.18.0.1:80", "", Denied},
+		{"deny ::1", hostLoop(Policy{Deny: []netip.Prefix{pfx("::1/128")}}), "[fd00:198:18::1]:80", "", Denied},
+		{"deny over allowed loopback", hostLoop(Policy{Allow: []netip.Prefix{pfx("127.0.0.0/8")}, Deny: []netip.Prefix{pfx("198.18.0.0/24")}}), "198.18.0.1:80", "", Denied},
+		{"allow the loopback it maps to", hostLoop(Policy{Allow: []netip.Prefix{pfx("127.0.0.0/8")}}), "198.18.0.1:80", "127.0.0.1:80", 0},
+		{"allow the gateway asked", hostLoop(Policy{Allow: []netip.Prefix{pfx("198.18.0.1/32")}}), "198.18.0.1:80", "127.0.0.1:80", 0},
+		{"allow covers neither", hostLoop(Policy{Allow: []netip.Prefix{pfx("203.0.113.0/24")}}), "198.18.0.1:80", "", Denied},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			to, _, r, ok := tc.p.target(ap(tc.dst))
+			if tc.to == "" {
+				require.False(t, ok, "%s reached %v", tc.dst, to)
+				require.Equal(t, tc.reason, r)
+				return
+			}
+			require.True(t, ok, "%s refused (%v)", tc.dst, r)
+			require.Equal(t, ap(tc.to), to)
+		})
+	}
+	// Replies from a denied loopback address do not reach the peer
+	// either.
+	p := hostLoop(Policy{Deny: []netip.Prefix{pfx("127.0.0.0/8")}})
+	_, r, ok := p.source(ap("127.0.0.1:53"), netip.Addr{}, false)
+	require.False(t, ok)
+	require.Equal(t, Denied, r)
+}

@@ -15,8 +15,12 @@ import (
 // PacketListener is what a dialer also implements to carry UDP for
 // Relay: an unconnected socket on the far side, so a flow keeps one
 // mapping to every destination (full cone). net.ListenConfig has this
-// method. Relay uses host sockets directly when the dialer is a
-// *net.Dialer.
+// method. A dialer qualifies too with the methods of a userspace
+// network, such as wireguard-go's tun/netstack.Net or wgnet.Net:
+// ListenUDPAddrPort(netip.AddrPort) or ListenUDP(*net.UDPAddr),
+// returning any net.PacketConn and an error (no interface can name their
+// concrete results, so Relay finds them by name). Relay uses host sockets
+// directly when the dialer is a *net.Dialer.
 type PacketListener interface {
 	ListenPacket(ctx context.Context, network, address string) (net.PacketConn, error)
 }
@@ -26,25 +30,33 @@ type PacketListener interface {
 // SOCKS5 dialer for a proxy. A nil p is the zero Policy. TCP is accepted
 // only once the upstream connection is up, so a refused destination is a
 // reset to the peer, as from the real one. UDP goes through host sockets
-// when d is a *net.Dialer, through d's ListenPacket when it has one
+// when d is a *net.Dialer, through d's packet sockets when it has them
 // (PacketListener), and is refused (Unsupported) otherwise; ICMP echo
-// goes to the host's raw ICMP sockets when d is a *net.Dialer (and the
-// process may open them). A Relay serves one Forwarder.
+// goes to the host's ICMP sockets when d is a *net.Dialer (and the
+// process may open them: Forwarder.OpenPing says). Every host socket
+// Relay opens, for TCP, UDP, pings and DNS over TCP alike, is opened as d
+// opens its own: with d's Control (or ControlContext) and bound to the
+// address of d's LocalAddr, so that marks (SO_MARK) and bindings
+// (SO_BINDTODEVICE) a VPN client sets keep all of them out of its tunnel.
+// A Relay serves one Forwarder.
 func Relay(d proxy.ContextDialer, p *Policy) Handler {
 	r := &relay{d: d}
 	if p != nil {
 		r.pol = *p
 	}
-	_, r.host = d.(*net.Dialer)
-	r.echo.init(r)
+	if r.host, _ = d.(*net.Dialer); r.host == nil {
+		r.pl = packetListener(d)
+	}
+	r.ping.init(r)
 	return r
 }
 
 type relay struct {
 	d    proxy.ContextDialer
 	pol  Policy
-	host bool // d makes host sockets
-	echo echoRelay
+	host *net.Dialer    // d, when it makes host sockets
+	pl   PacketListener // d's packet sockets, if it has them and no host ones
+	ping pingRelay
 }
 
 var _ PingHandler = (*relay)(nil)
@@ -60,7 +72,11 @@ func (r *relay) HandleTCP(req *TCPRequest) {
 	}
 	up, err := r.d.DialContext(req.Context(), "tcp", to.String())
 	if err != nil {
-		f.c.connectFailed.Add(1)
+		// A dial cancelled with its request (refused by a limit
+		// meanwhile, or the Forwarder closing) did not fail.
+		if req.Context().Err() == nil {
+			f.c.connectFailed.Add(1)
+		}
 		req.reject(-1, true)
 		return
 	}
@@ -218,15 +234,15 @@ func resetConn(c net.Conn) {
 
 // HandleUDP implements Handler.
 func (r *relay) HandleUDP(u *UDPFlow) {
-	switch pl, ok := r.d.(PacketListener); {
+	switch {
 	case r.pol.NoUDP:
-	case r.host:
+	case r.host != nil:
 		if !hostUDP(r, u) {
-			u.f.refuse(HostError)
+			u.refuseFlow(HostError)
 		}
 		return
-	case ok:
-		r.packetUDP(u, pl)
+	case r.pl != nil:
+		r.packetUDP(u, r.pl)
 		return
 	}
 	r.tcpDNS(u)
@@ -242,7 +258,7 @@ func (r *relay) packetUDP(u *UDPFlow, pl PacketListener) {
 	}
 	pc, err := pl.ListenPacket(f.ctx, network, "")
 	if err != nil {
-		f.refuse(HostError)
+		u.refuseFlow(HostError)
 		return
 	}
 	u.atClose(func() { pc.Close() })
@@ -281,7 +297,7 @@ func (r *relay) packetUDP(u *UDPFlow, pl PacketListener) {
 		}
 		to, dns, reason, ok := r.pol.target(dst)
 		if !ok {
-			f.refuse(reason)
+			u.refuseDatagram(reason, buf[:n], dst)
 			continue
 		}
 		if dns.IsValid() {
@@ -298,17 +314,17 @@ func (r *relay) packetUDP(u *UDPFlow, pl PacketListener) {
 	<-done
 }
 
-// HandlePing implements PingHandler: echo requests go to the host's raw
-// ICMP sockets when the dialer makes host sockets.
+// HandlePing implements PingHandler: echo requests go to the host's ICMP
+// sockets when the dialer makes host sockets.
 func (r *relay) HandlePing(req *PingRequest) {
 	f := req.f
 	if reason, ok := r.pol.allowed(req.Dst()); !ok {
 		f.refuse(reason)
 		return
 	}
-	if !r.host {
+	if r.host == nil {
 		f.refuse(Unsupported)
 		return
 	}
-	r.echo.send(req)
+	r.ping.send(req)
 }

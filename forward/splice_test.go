@@ -38,8 +38,8 @@ func openSpliced(t *testing.T, e *env) spliced {
 	}()
 	c, err := e.fw.DialTCP(context.Background(), ln.Addr().(*net.TCPAddr).AddrPort())
 	require.NoError(t, err)
-	peer, ok := <-peers
-	require.True(t, ok, "A accepted the Forwarder's connection")
+	peer := recv(t, peers, "A accepts the Forwarder's connection")
+	require.NotNil(t, peer, "A accepted the Forwarder's connection")
 	t.Cleanup(func() { peer.Close() })
 
 	hl, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})

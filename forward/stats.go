@@ -20,14 +20,15 @@ const (
 	FlowLimit
 	TCPLimit
 	UDPLimit
-	// HalfOpen: too many TCP connections were waiting for their handler,
-	// to one destination (a quarter of MaxHalfOpen) or in all (gVisor's
-	// forwarder then ignores the SYN).
+	// HalfOpen: a TCP handshake found no room under Options.MaxHalfOpen
+	// (in all, for its destination or for its peer) within
+	// Options.SlowHandshake; see the package doc.
 	HalfOpen
 	// NoDNS: a flow to a DNS relay address (Policy.DNS) on a port other
 	// than 53, or with no upstream.
 	NoDNS
-	// Malformed: a UDP datagram with a bad length or checksum.
+	// Malformed: a UDP datagram with a bad length or checksum, or a TCP
+	// SYN with RST or FIN set (dropped, as Linux drops it).
 	Malformed
 	// HostError: the host refused a socket (out of descriptors, no route,
 	// an error on send).
@@ -72,8 +73,11 @@ type Stats struct {
 	// TCPOpened (established: accepted or dialed) and UDPOpened ever.
 	TCPFlows, UDPFlows   int64
 	TCPOpened, UDPOpened uint64
-	// HalfOpen is TCP connections waiting for their handler.
-	HalfOpen int64
+	// Handshakes is TCP connections their handler has and has not
+	// answered yet; HalfOpen those of them counted against
+	// Options.MaxHalfOpen (see the package doc), HandshakesWaiting
+	// those waiting for room to start.
+	Handshakes, HalfOpen, HandshakesWaiting int64
 	// MemoryReserved is the buffer memory open flows hold reserved
 	// against Options.MemoryBudget.
 	MemoryReserved int64
@@ -103,22 +107,23 @@ type Stats struct {
 
 // counters are the live, atomic form of Stats.
 type counters struct {
-	tcpFlows, udpFlows, halfOpen, mem                atomic.Int64
+	tcpFlows, udpFlows, halfOpen, mem, handshakes    atomic.Int64
+	waiting                                          atomic.Int64
 	tcpOpened, udpOpened, connectFailed, tcpResets   atomic.Uint64
 	tcpUp, tcpDown, udpPktUp, udpPktDn, udpUp, udpDn atomic.Uint64
-	dns, udpDropped, echoUp, echoDown                atomic.Uint64
+	dns, udpDropped, pingsUp, pingsDown              atomic.Uint64
 	refused                                          [NumReasons]atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
 	s := Stats{
-		TCPFlows: c.tcpFlows.Load(), UDPFlows: c.udpFlows.Load(), HalfOpen: c.halfOpen.Load(), MemoryReserved: c.mem.Load(),
+		TCPFlows: c.tcpFlows.Load(), UDPFlows: c.udpFlows.Load(), HalfOpen: c.halfOpen.Load(), Handshakes: c.handshakes.Load(), HandshakesWaiting: c.waiting.Load(), MemoryReserved: c.mem.Load(),
 		TCPOpened: c.tcpOpened.Load(), UDPOpened: c.udpOpened.Load(),
 		ConnectFailed: c.connectFailed.Load(), TCPResets: c.tcpResets.Load(),
 		TCPBytesUp: c.tcpUp.Load(), TCPBytesDown: c.tcpDown.Load(),
 		UDPPacketsUp: c.udpPktUp.Load(), UDPPacketsDown: c.udpPktDn.Load(),
 		UDPBytesUp: c.udpUp.Load(), UDPBytesDown: c.udpDn.Load(),
-		DNSQueries: c.dns.Load(), PingsUp: c.echoUp.Load(), PingsDown: c.echoDown.Load(), UDPDropped: c.udpDropped.Load(),
+		DNSQueries: c.dns.Load(), PingsUp: c.pingsUp.Load(), PingsDown: c.pingsDown.Load(), UDPDropped: c.udpDropped.Load(),
 	}
 	for i := range s.Refused {
 		s.Refused[i] = c.refused[i].Load()

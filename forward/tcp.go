@@ -2,7 +2,6 @@ package forward
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
 
@@ -22,8 +20,19 @@ import (
 type TCPRequest struct {
 	f        *Forwarder
 	r        *tcp.ForwarderRequest
-	fl       *flow
 	src, dst netip.AddrPort
+	arrived  time.Time // when its SYN came
+	ctx      context.Context
+	cancel   context.CancelFunc
+
+	// Admission (handshake.go), guarded by f.mu.
+	fl         *flow // once admitted
+	d          *dstState
+	adm        admState
+	refused    Reason        // why, if refused before it started
+	ready      chan struct{} // closed when a waiting request starts or is refused
+	timer      *time.Timer   // SlowHandshake after arrived
+	prev, next *TCPRequest   // in the waiting queue
 
 	mu       sync.Mutex
 	answered bool
@@ -36,11 +45,14 @@ func (r *TCPRequest) Src() netip.AddrPort { return r.src }
 // destination).
 func (r *TCPRequest) Dst() netip.AddrPort { return r.dst }
 
-// Context is cancelled when the Forwarder closes: dial upstream with it.
-func (r *TCPRequest) Context() context.Context { return r.f.ctx }
+// Context is cancelled when the Forwarder closes, or when the request is
+// refused meanwhile (a handshake that waited longer than
+// Options.SlowHandshake and found no room under the half-open limits):
+// dial upstream with it.
+func (r *TCPRequest) Context() context.Context { return r.ctx }
 
-// answer marks the request answered and frees its half-open slot, or
-// reports that it already was.
+// answer marks the request answered and ends its admission, or reports
+// that it already was.
 func (r *TCPRequest) answer() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -48,7 +60,7 @@ func (r *TCPRequest) answer() bool {
 		return false
 	}
 	r.answered = true
-	r.f.releaseHalfOpen(r.dst)
+	r.f.finishHandshake(r)
 	return true
 }
 
@@ -64,7 +76,7 @@ func (r *TCPRequest) Accept() (stack.TCPConn, error) {
 	r.r.Complete(false)
 	if terr != nil {
 		r.fl.release()
-		return nil, &net.OpError{Op: "accept", Net: "tcp", Source: net.TCPAddrFromAddrPort(r.dst), Addr: net.TCPAddrFromAddrPort(r.src), Err: errors.New(terr.String())}
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Source: net.TCPAddrFromAddrPort(r.dst), Addr: net.TCPAddrFromAddrPort(r.src), Err: stack.TranslateError(terr)}
 	}
 	return r.f.newConn(wq, ep, r.fl), nil
 }
@@ -88,104 +100,30 @@ func (r *TCPRequest) reject(reason Reason, reset bool) {
 	r.fl.release()
 }
 
-// handleTCP takes a SYN gVisor's forwarder passed on, in a goroutine of
-// the forwarder's.
-func (f *Forwarder) handleTCP(r *tcp.ForwarderRequest) {
-	if !f.begin() {
-		f.refuse(Closing)
-		r.Complete(true)
-		return
-	}
-	defer f.wg.Done()
-	id := r.ID()
-	src := netip.AddrPortFrom(addrOf(id.RemoteAddress), id.RemotePort)
-	dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
-	fl, reason, ok := f.open(TCP, src, dst)
-	if !ok {
-		f.refuse(reason)
-		r.Complete(true)
-		return
-	}
-	if !f.takeHalfOpen(dst) {
-		f.refuse(HalfOpen)
-		r.Complete(true)
-		fl.release()
-		return
-	}
-	req := &TCPRequest{f: f, r: r, fl: fl, src: src, dst: dst}
-	defer req.Reject(true) // if the handler did not answer
-	f.h.HandleTCP(req)
-}
-
-// takeHalfOpen counts a half-open connection to dst, unless dst already
-// has its share: a SYN flood towards one unresponsive destination holds a
-// quarter of the half-open slots at most, and connections elsewhere still
-// get through while it lasts.
-func (f *Forwarder) takeHalfOpen(dst netip.AddrPort) bool {
-	share := max(1, f.o.MaxHalfOpen/4)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.half[dst] >= share {
-		return false
-	}
-	f.half[dst]++
-	f.c.halfOpen.Add(1)
-	return true
-}
-
-func (f *Forwarder) releaseHalfOpen(dst netip.AddrPort) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.half[dst]--; f.half[dst] <= 0 {
-		delete(f.half, dst)
-	}
-	f.c.halfOpen.Add(-1)
-}
-
 // DialTCP connects from the stack to dst, a peer behind its NICs (a port
 // forward into a namespace, say), as a flow counted against the limits
-// and the budget like any other. Its Up is what Read returns.
+// and the budget like any other, through the stack's own dial
+// (stack.ConnectTCP). Its Up is what Read returns. The dial ends when ctx
+// does or the Forwarder closes. Errors are *net.OpError: a refusal of the
+// Forwarder's own carries a *RefusedError, any other the errno (a reset
+// from dst is syscall.ECONNREFUSED).
 func (f *Forwarder) DialTCP(ctx context.Context, dst netip.AddrPort) (stack.TCPConn, error) {
-	opErr := func(err error) error {
-		return &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(dst), Err: err}
-	}
 	fl, reason, ok := f.open(TCP, netip.AddrPort{}, dst)
 	if !ok {
 		f.refuse(reason)
-		return nil, opErr(fmt.Errorf("refused: %s", reason))
+		return nil, refusedError("tcp", dst, reason)
 	}
-	proto := header.IPv4ProtocolNumber
-	if dst.Addr().Is6() {
-		proto = header.IPv6ProtocolNumber
-	}
-	wq := new(waiter.Queue)
-	ep, terr := f.gs.NewEndpoint(tcp.ProtocolNumber, proto, wq)
-	if terr != nil {
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(f.ctx, cancel)
+	defer stop()
+	wq, ep, err := f.st.ConnectTCP(dctx, dst)
+	if err != nil {
 		fl.release()
-		return nil, opErr(errors.New(terr.String()))
-	}
-	entry, ch := waiter.NewChannelEntry(waiter.WritableEvents | waiter.EventHUp | waiter.EventErr)
-	wq.EventRegister(&entry)
-	terr = ep.Connect(tcpip.FullAddress{Addr: tcpip.AddrFromSlice(dst.Addr().AsSlice()), Port: dst.Port()})
-	if _, started := terr.(*tcpip.ErrConnectStarted); started {
-		select {
-		case <-ch:
-			terr = ep.LastError()
-		case <-ctx.Done():
-			terr = &tcpip.ErrAborted{}
-		case <-f.ctx.Done():
-			terr = &tcpip.ErrAborted{}
+		if ctx.Err() == nil && f.ctx.Err() != nil {
+			return nil, refusedError("tcp", dst, Closing)
 		}
-	}
-	wq.EventUnregister(&entry)
-	if terr != nil {
-		ep.Abort()
-		ep.Close()
-		fl.release()
-		if ctx.Err() != nil {
-			return nil, opErr(ctx.Err())
-		}
-		return nil, opErr(errors.New(terr.String()))
+		return nil, err
 	}
 	if la, err := ep.GetLocalAddress(); err == nil {
 		fl.setSrc(netip.AddrPortFrom(addrOf(la.Addr), la.Port))

@@ -29,7 +29,7 @@ func BenchmarkRelayConnect(b *testing.B) {
 	}()
 	defer func() {
 		ln.Close()
-		<-served
+		recv(b, served, "the server ends")
 	}()
 	pol := &Policy{HostLoopback: []netip.Addr{gateway}, AllowHostLoopback: true}
 	e := newEnv(b, Relay(&net.Dialer{}, pol), &Options{MaxFlows: -1, MaxTCP: -1, MemoryBudget: -1})

@@ -12,10 +12,12 @@ import (
 
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/ustack-dev/ustack/internal/deadline"
+	"github.com/ustack-dev/ustack/stack"
 )
 
 // UDPFlow is one peer socket's UDP traffic through the stack, to every
@@ -37,8 +39,8 @@ type UDPFlow struct {
 	closed  bool
 	inline  func([]byte, netip.AddrPort) bool // Relay's direct path; nil for reads
 	onClose []func()
-	rdl     time.Time     // read deadline
-	ready   chan struct{} // signalled on arrival, deadline change and close
+	ready   chan struct{} // signalled on arrival and close
+	rdl     deadline.Deadline
 	idle    *time.Timer
 }
 
@@ -70,8 +72,9 @@ func (f *Forwarder) handleUDP(id gstack.TransportEndpointID, pkt *gstack.PacketB
 		fl, reason, ok := f.openLocked(UDP, src, dst)
 		if !ok {
 			f.mu.Unlock()
+			// gVisor answers port unreachable, as for any refusal.
 			f.refuse(reason)
-			return true // no ICMP error for a limit: the peer would misread it
+			return false
 		}
 		u = &UDPFlow{f: f, fl: fl, src: src, nic: pkt.NICID, ready: make(chan struct{}, 1)}
 		u.touch()
@@ -133,6 +136,28 @@ func (u *UDPFlow) deliver(b []byte, dst netip.AddrPort) {
 	u.signal()
 }
 
+// refuseDatagram counts a datagram of the peer's refused for r (b, to
+// dst; b stays the caller's) and tells the peer with an ICMP port
+// unreachable.
+func (u *UDPFlow) refuseDatagram(r Reason, b []byte, dst netip.AddrPort) {
+	u.f.refuse(r)
+	u.f.portUnreachable(u.nic, u.src, dst, b)
+}
+
+// refuseFlow counts a flow its handler cannot serve at all (r: the host
+// refused a socket, say), telling the peer about each datagram queued:
+// the flow ends, and the peer's next datagram starts another.
+func (u *UDPFlow) refuseFlow(r Reason) {
+	u.f.refuse(r)
+	u.mu.Lock()
+	q := u.queue
+	u.queue, u.queued = nil, 0
+	u.mu.Unlock()
+	for _, d := range q {
+		u.f.portUnreachable(u.nic, u.src, d.dst, d.b)
+	}
+}
+
 func (u *UDPFlow) countUp(n int) {
 	u.fl.rx.Add(uint64(n))
 	u.f.c.udpPktUp.Add(1)
@@ -174,21 +199,16 @@ func (u *UDPFlow) ReadFromAddrPort(b []byte) (int, netip.AddrPort, error) {
 			u.mu.Unlock()
 			return 0, netip.AddrPort{}, u.opError("read", net.ErrClosed)
 		}
-		dl := u.rdl
 		u.mu.Unlock()
-		var timeout <-chan time.Time
-		if !dl.IsZero() {
-			d := time.Until(dl)
-			if d <= 0 {
-				return 0, netip.AddrPort{}, u.opError("read", os.ErrDeadlineExceeded)
-			}
-			t := time.NewTimer(d)
-			defer t.Stop()
-			timeout = t.C
+		// Taken before the check: a deadline that passes after it closes
+		// this channel.
+		expired := u.rdl.Done()
+		if u.rdl.Passed() {
+			return 0, netip.AddrPort{}, u.opError("read", os.ErrDeadlineExceeded)
 		}
 		select {
 		case <-u.ready:
-		case <-timeout:
+		case <-expired:
 		}
 	}
 }
@@ -264,7 +284,7 @@ func (u *UDPFlow) writeView(v *buffer.View, from netip.AddrPort, n int) error {
 	}
 	if terr := f.gs.WriteRawPacket(u.nic, proto, buffer.MakeWithView(v)); terr != nil {
 		f.c.udpDropped.Add(1)
-		return errors.New(terr.String())
+		return stack.TranslateError(terr)
 	}
 	u.touch()
 	u.fl.tx.Add(uint64(n))
@@ -299,10 +319,7 @@ func (u *UDPFlow) SetDeadline(t time.Time) error { return u.SetReadDeadline(t) }
 
 // SetReadDeadline implements net.PacketConn.
 func (u *UDPFlow) SetReadDeadline(t time.Time) error {
-	u.mu.Lock()
-	u.rdl = t
-	u.mu.Unlock()
-	u.signal()
+	u.rdl.Set(t)
 	return nil
 }
 
@@ -338,6 +355,7 @@ func (u *UDPFlow) Close() error {
 		u.idle.Stop()
 	}
 	u.mu.Unlock()
+	u.rdl.Stop()
 	u.signal()
 	for _, fn := range fns {
 		fn()
@@ -396,18 +414,18 @@ func encodeUDP(b []byte, src, dst netip.AddrPort, n int) {
 
 // DialUDP opens a UDP socket of the stack connected to dst, a peer behind
 // its NICs (a port forward into a namespace, say), as a flow counted
-// against the limits and the budget. Up is what Read returns.
+// against the limits and the budget: the stack's own socket
+// (stack.Stack.DialUDP), with its error translation and its wait for
+// room in the NIC's queue. Up is what Read returns. Errors are
+// *net.OpError, carrying a *RefusedError when the Forwarder refused the
+// flow itself.
 func (f *Forwarder) DialUDP(dst netip.AddrPort) (net.Conn, error) {
 	fl, reason, ok := f.open(UDP, netip.AddrPort{}, dst)
 	if !ok {
 		f.refuse(reason)
-		return nil, &net.OpError{Op: "dial", Net: "udp", Addr: net.UDPAddrFromAddrPort(dst), Err: fmt.Errorf("refused: %s", reason)}
+		return nil, refusedError("udp", dst, reason)
 	}
-	proto := header.IPv4ProtocolNumber
-	if dst.Addr().Is6() {
-		proto = header.IPv6ProtocolNumber
-	}
-	c, err := gonet.DialUDP(f.gs, nil, &tcpip.FullAddress{Addr: tcpip.AddrFromSlice(dst.Addr().AsSlice()), Port: dst.Port()}, proto)
+	c, err := f.st.DialUDP(netip.AddrPort{}, dst)
 	if err != nil {
 		fl.release()
 		return nil, err
@@ -415,7 +433,7 @@ func (f *Forwarder) DialUDP(dst netip.AddrPort) (net.Conn, error) {
 	if la, ok := c.LocalAddr().(*net.UDPAddr); ok {
 		fl.setSrc(la.AddrPort())
 	}
-	uc := &udpConn{UDPConn: c, fl: fl}
+	uc := &udpConn{Conn: c, fl: fl}
 	fl.setAbort(nil, func() { c.Close() })
 	return uc, nil
 }
@@ -423,13 +441,13 @@ func (f *Forwarder) DialUDP(dst netip.AddrPort) (net.Conn, error) {
 // udpConn is a dialed UDP flow: the stack's socket, counting datagrams
 // into the flow, owning its reservation until Close.
 type udpConn struct {
-	*gonet.UDPConn
+	net.Conn
 	fl *flow
 }
 
 // Read implements net.Conn.
 func (c *udpConn) Read(b []byte) (int, error) {
-	n, err := c.UDPConn.Read(b)
+	n, err := c.Conn.Read(b)
 	if err == nil {
 		c.fl.rx.Add(uint64(n))
 		c.fl.f.c.udpPktUp.Add(1)
@@ -440,7 +458,7 @@ func (c *udpConn) Read(b []byte) (int, error) {
 
 // Write implements net.Conn.
 func (c *udpConn) Write(b []byte) (int, error) {
-	n, err := c.UDPConn.Write(b)
+	n, err := c.Conn.Write(b)
 	if err == nil {
 		c.fl.tx.Add(uint64(n))
 		c.fl.f.c.udpPktDn.Add(1)
@@ -451,7 +469,7 @@ func (c *udpConn) Write(b []byte) (int, error) {
 
 // Close implements net.Conn and ends the flow.
 func (c *udpConn) Close() error {
-	err := c.UDPConn.Close()
+	err := c.Conn.Close()
 	c.fl.release()
 	return err
 }

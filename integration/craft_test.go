@@ -168,6 +168,23 @@ func newRawSender(tb testing.TB, k *netns.NS, ifname string, dst net.HardwareAdd
 	return r
 }
 
+// openRawSender is a rawSender out of ifname, a device with no link
+// header (TUN) in this process's namespace: a program inside a sandbox
+// crafts packets with it. Close it with close.
+func openRawSender(ifname string) (*rawSender, error) {
+	ifi, err := net.InterfaceByName(ifname)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("packet socket: %w", err)
+	}
+	return &rawSender{fd: fd, ifindex: ifi.Index}, nil
+}
+
+func (r *rawSender) close() { unix.Close(r.fd) }
+
 // send sends one IP packet, IPv6 if its first nibble says so (a packet too
 // short to say goes as IPv4).
 func (r *rawSender) send(pkt []byte) error {

@@ -93,6 +93,9 @@ type proxyOptions struct {
 	user, pass string // credentials it requires; none if empty
 	greeting   string // sent in the same write as the 200 reply
 	silent     bool   // never answers CONNECT
+	// onRequest, if not nil, runs once a request has been read: the
+	// client is then waiting for the answer.
+	onRequest func()
 }
 
 // connectProxy is an HTTP CONNECT proxy on loopback that relays both
@@ -110,6 +113,9 @@ func connectProxy(t *testing.T, opts proxyOptions) (string, func() string) {
 		mu.Lock()
 		lastAuth = req.Header.Get("Proxy-Authorization")
 		mu.Unlock()
+		if opts.onRequest != nil {
+			opts.onRequest()
+		}
 		if opts.silent {
 			io.Copy(io.Discard, br) // until the client gives up
 			return
@@ -297,11 +303,13 @@ func TestHTTPConnectContext(t *testing.T) {
 	var ne net.Error
 	require.True(t, errors.As(err, &ne) && ne.Timeout(), "a dial past its deadline times out: %v", err)
 
+	// Cancelled while the dial waits for the proxy's answer: the proxy
+	// cancels it once it has read the request.
 	ctx, cancel = context.WithCancel(t.Context())
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		cancel()
-	}()
+	defer cancel()
+	proxyAddr, _ = connectProxy(t, proxyOptions{silent: true, onRequest: cancel})
+	d, err = upstream.Parse("http://" + proxyAddr)
+	require.NoError(t, err)
 	_, err = d.DialContext(ctx, "tcp", "198.18.0.1:80")
 	require.ErrorIs(t, err, context.Canceled)
 }
