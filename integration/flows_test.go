@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/ustack-dev/ustack/forward"
 	"github.com/ustack-dev/ustack/sandbox"
 )
 
@@ -68,7 +69,7 @@ func TestSandboxFlows(t *testing.T) {
 	port, err := strconv.Atoi(addr)
 	require.NoError(t, err)
 
-	sb, err := sandbox.New(&sandbox.Config{AllowHostLoopback: true, MaxFlows: -1, MaxTCP: -1})
+	sb, err := sandbox.New(&sandbox.Config{AllowHostLoopback: true, Options: forward.Options{MaxFlows: -1, MaxTCP: -1, MemoryBudget: -1}})
 	require.NoError(t, err)
 	defer sb.Close()
 	runtime.GC()

@@ -616,10 +616,8 @@ func TestSandboxFlood(t *testing.T) {
 	const maxUDP, maxHalf = 256, 32
 	sb, err := sandbox.New(&sandbox.Config{
 		AllowHostLoopback: true,
-		MaxUDP:            maxUDP,
-		MaxHalfOpen:       maxHalf,
+		Options:           forward.Options{MaxUDP: maxUDP, MaxHalfOpen: maxHalf, UDPIdleTimeout: time.Minute},
 		ConnectTimeout:    2 * time.Second,
-		UDPIdleTimeout:    time.Minute,
 	})
 	require.NoError(t, err)
 	defer sb.Close()
@@ -711,9 +709,9 @@ func TestSandboxLimits(t *testing.T) {
 		reason  forward.Reason
 		refused uint64
 	}{
-		{"tcp", sandbox.Config{AllowHostLoopback: true, MaxTCP: 3}, "ok 3 refused 2\n", forward.TCPLimit, 2},
-		{"flows", sandbox.Config{AllowHostLoopback: true, MaxFlows: 2}, "ok 2 refused 3\n", forward.FlowLimit, 3},
-		{"budget", sandbox.Config{AllowHostLoopback: true, TCPBuffer: 64 << 10, MemoryBudget: 4 * 64 << 10}, "ok 2 refused 3\n", forward.Budget, 3},
+		{"tcp", sandbox.Config{AllowHostLoopback: true, Options: forward.Options{MaxTCP: 3}}, "ok 3 refused 2\n", forward.TCPLimit, 2},
+		{"flows", sandbox.Config{AllowHostLoopback: true, Options: forward.Options{MaxFlows: 2}}, "ok 2 refused 3\n", forward.FlowLimit, 3},
+		{"budget", sandbox.Config{AllowHostLoopback: true, Options: forward.Options{TCPBuffer: 64 << 10, MemoryBudget: 4 * 64 << 10}}, "ok 2 refused 3\n", forward.Budget, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sb, err := sandbox.New(&tc.cfg)
@@ -738,7 +736,7 @@ func TestSandboxLimits(t *testing.T) {
 		require.Eventually(t, func() bool { return sb.Stats().Refused[forward.HostError] == 1 }, 10*time.Second, time.Millisecond)
 	})
 	t.Run("udp-idle", func(t *testing.T) {
-		sb, err := sandbox.New(&sandbox.Config{AllowHostLoopback: true, UDPIdleTimeout: 100 * time.Millisecond})
+		sb, err := sandbox.New(&sandbox.Config{AllowHostLoopback: true, Options: forward.Options{UDPIdleTimeout: 100 * time.Millisecond}})
 		require.NoError(t, err)
 		defer sb.Close()
 		out, err := inSandbox(t, sb, "udpecho", gw(hs.udp))
@@ -748,7 +746,7 @@ func TestSandboxLimits(t *testing.T) {
 		require.Equal(t, uint64(1), sb.Stats().UDPOpened)
 	})
 	t.Run("tcp-buffer", func(t *testing.T) {
-		sb, err := sandbox.New(&sandbox.Config{AllowHostLoopback: true, TCPBuffer: 64 << 10})
+		sb, err := sandbox.New(&sandbox.Config{AllowHostLoopback: true, Options: forward.Options{TCPBuffer: 64 << 10}})
 		require.NoError(t, err)
 		defer sb.Close()
 		require.Equal(t, 64<<10, sb.Stack().GVisor().TCPSendBufferLimits().Max, "each flow's buffers are capped")

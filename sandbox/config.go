@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ustack-dev/ustack/forward"
 	"github.com/ustack-dev/ustack/link/tun"
 	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
@@ -36,28 +37,13 @@ const (
 	// DefaultTAPDevice a TAP device, as slirp4netns and pasta name theirs.
 	DefaultDevice    = "tun0"
 	DefaultTAPDevice = "tap0"
-	// DefaultMaxFlows bounds the relayed flows of all protocols at once.
-	// Each flow costs two host sockets' worth of kernel memory and, at
-	// most, its gVisor buffers; 8192 stays far below the default fd limit
-	// we raise to (see raiseNoFile) and within a few hundred MiB.
-	DefaultMaxFlows = 8192
-	// DefaultMaxTCP and DefaultMaxUDP bound each protocol's share.
-	DefaultMaxTCP = 4096
-	DefaultMaxUDP = 4096
-	// DefaultMaxHalfOpen bounds TCP connections that are waiting for their
-	// host-side connect: a SYN flood to unresponsive destinations costs at
-	// most this many goroutines and sockets. Linux's default
-	// tcp_max_syn_backlog is 128 to 1024 by memory; 256 is in that range.
-	DefaultMaxHalfOpen = 256
-	// DefaultTCPBuffer is the most gVisor buffers per direction of one
-	// relayed TCP flow (receive and send buffer maximum): 4 MiB keeps a
-	// 10 Gbit/s flow at 3 ms RTT busy and bounds a flow's memory in this
-	// process to about twice that.
+	// DefaultTCPBuffer is what a zero Options.TCPBuffer means in a
+	// sandbox, which builds its stack for it: the most gVisor buffers
+	// per direction of one relayed TCP flow (receive and send buffer
+	// maximum), half the stack's own maximum. 4 MiB keeps a 10 Gbit/s flow
+	// at 3 ms RTT busy and bounds a flow's memory in this process to
+	// about twice that, so forward.DefaultMemoryBudget holds 1024 flows.
 	DefaultTCPBuffer = 4 << 20
-	// DefaultUDPIdleTimeout ends a UDP mapping after this long without a
-	// datagram either way: Linux conntrack keeps a UDP stream 120 s and a
-	// one-way exchange 30 s; 60 s sits between.
-	DefaultUDPIdleTimeout = 60 * time.Second
 	// DefaultConnectTimeout bounds a host-side TCP connect for one flow.
 	DefaultConnectTimeout = 10 * time.Second
 )
@@ -149,18 +135,14 @@ type Config struct {
 	// Allow, if not empty, is the set of destinations the sandbox may
 	// reach; Deny is refused even if Allow covers it.
 	Allow, Deny []netip.Prefix
-	// Limits; zero means the default, negative means none.
-	MaxFlows, MaxTCP, MaxUDP, MaxHalfOpen int
-	// MemoryBudget bounds the buffers open flows reserve, in bytes (see
-	// forward.Options.MemoryBudget: a TCP flow reserves twice TCPBuffer).
-	// Zero or negative means none: the flow limits bound the sandbox's
-	// memory already, as before the budget existed.
-	MemoryBudget int64
-	// TCPBuffer is the most gVisor buffers per direction of a TCP flow.
-	TCPBuffer int
-	// UDPIdleTimeout ends an idle UDP mapping; ConnectTimeout bounds a
-	// host-side TCP connect.
-	UDPIdleTimeout, ConnectTimeout time.Duration
+	// Options are the relay's limits, as package forward takes them: a
+	// zero field means forward's default, a negative limit none. A zero
+	// TCPBuffer means DefaultTCPBuffer here, the sandbox building its
+	// stack for it; UDPIdleTimeout also ends the port forwards' idle UDP
+	// mappings. NICs must be nil: the sandbox relays its one NIC.
+	forward.Options
+	// ConnectTimeout bounds a host-side TCP connect.
+	ConnectTimeout time.Duration
 
 	// PortForwards carry host connections into the sandbox.
 	PortForwards []PortForward
@@ -283,23 +265,11 @@ func (c Config) normalize() (Config, error) {
 	if c.Queues == 0 {
 		c.Queues = 1
 	}
-	limit := func(v *int, d int) {
-		switch {
-		case *v == 0:
-			*v = d
-		case *v < 0:
-			*v = int(^uint(0) >> 1)
-		}
-	}
-	limit(&c.MaxFlows, DefaultMaxFlows)
-	limit(&c.MaxTCP, DefaultMaxTCP)
-	limit(&c.MaxUDP, DefaultMaxUDP)
-	limit(&c.MaxHalfOpen, DefaultMaxHalfOpen)
 	if c.TCPBuffer == 0 {
 		c.TCPBuffer = DefaultTCPBuffer
 	}
 	if c.UDPIdleTimeout == 0 {
-		c.UDPIdleTimeout = DefaultUDPIdleTimeout
+		c.UDPIdleTimeout = forward.DefaultUDPIdleTimeout
 	}
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
@@ -372,6 +342,9 @@ func (c Config) normalize() (Config, error) {
 	}
 	if c.TCPBuffer < 4096 {
 		errs = append(errs, fmt.Errorf("sandbox: TCP buffer %d bytes: must be at least 4096", c.TCPBuffer))
+	}
+	if c.NICs != nil {
+		errs = append(errs, errors.New("sandbox: Options.NICs: the sandbox relays its one NIC; leave NICs nil"))
 	}
 	if c.UDPIdleTimeout < 0 || c.ConnectTimeout < 0 {
 		errs = append(errs, errors.New("sandbox: timeouts must be positive"))

@@ -171,19 +171,12 @@ func (s *Sandbox) buildStack() error {
 	if err := s.startAdvertising(); err != nil {
 		return err
 	}
-	budget := c.MemoryBudget
-	if budget <= 0 {
-		budget = -1 // none (forward's zero would mean its default)
-	}
 	d, err := dialer(c)
 	if err != nil {
 		return err
 	}
 	relay := forward.Relay(d, policy(c, s.dns))
-	s.fw, err = forward.New(st, relay, &forward.Options{
-		MaxFlows: c.MaxFlows, MaxTCP: c.MaxTCP, MaxUDP: c.MaxUDP, MaxHalfOpen: c.MaxHalfOpen,
-		MemoryBudget: budget, UDPIdleTimeout: c.UDPIdleTimeout,
-	})
+	s.fw, err = forward.New(st, relay, &c.Options)
 	if err != nil {
 		return fmt.Errorf("sandbox: %w", err)
 	}

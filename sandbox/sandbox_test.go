@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"gvisor.dev/gvisor/pkg/tcpip"
 
 	"github.com/ustack-dev/ustack/forward"
 	"github.com/ustack-dev/ustack/internal/leakcheck"
@@ -43,10 +44,10 @@ func TestNormalize(t *testing.T) {
 	require.Equal(t, DefaultAddr4, c.Addr4)
 	require.Equal(t, DefaultGateway6, c.Gateway6)
 	require.Equal(t, uint32(DefaultMTU), c.MTU)
-	require.Equal(t, DefaultMaxHalfOpen, c.MaxHalfOpen)
-	c, err = Config{MaxFlows: -1}.normalize()
-	require.NoError(t, err)
-	require.Greater(t, c.MaxFlows, 1<<30, "-1 means no limit")
+	require.Zero(t, c.MaxHalfOpen, "the limits are forward's, which fills them in")
+	require.Equal(t, DefaultTCPBuffer, c.TCPBuffer)
+	_, err = Config{Options: forward.Options{NICs: []tcpip.NICID{1}}}.normalize()
+	require.ErrorContains(t, err, "NICs")
 
 	for name, bad := range map[string]Config{
 		"gateway outside":    {Gateway4: netip.MustParseAddr("10.0.0.1")},
@@ -54,7 +55,7 @@ func TestNormalize(t *testing.T) {
 		"dns is gateway":     {DNS4: DefaultGateway4},
 		"v6 gateway v4":      {Gateway6: DefaultGateway4},
 		"mtu":                {MTU: 100},
-		"tcp buffer":         {TCPBuffer: 10},
+		"tcp buffer":         {Options: forward.Options{TCPBuffer: 10}},
 		"v6 forward no v6":   {NoIPv6: true, PortForwards: []PortForward{{Host: netip.MustParseAddrPort("[::1]:1"), Port: 1}}},
 	} {
 		_, err := bad.normalize()

@@ -92,7 +92,7 @@ run_peer() {   # run_peer NAME -> prints "seconds rss_before_kib rss_held_kib ki
     fi
     local client=("$WORK/flowload" open -n "$N" -c "$CONC" -start "$WORK/start" -hold "$WORK/hold")
     case $1 in
-        ustack|base) "$([ "$1" = base ] && echo "$BASE" || echo "$USTACK")" tun -allow-host-loopback -max-flows -1 -max-tcp -1 -- "${client[@]}" "198.18.0.1:$PORT" >"$out" 2>&1 & ;;
+        ustack|base) "$([ "$1" = base ] && echo "$BASE" || echo "$USTACK")" tun -allow-host-loopback -max-flows -1 -max-tcp -1 -memory-budget -1 -- "${client[@]}" "198.18.0.1:$PORT" >"$out" 2>&1 & ;;
         pasta) pasta --runas 0 --config-net -q -f -- "${client[@]}" "$GW:$PORT" >"$out" 2>&1 & ;;
     esac
     pid=$! RPID=$!

@@ -116,12 +116,13 @@ func parseTun(args []string, stderr io.Writer) (r sandboxRun, status int, ok boo
 		proxyUDP   = fs.String("proxy-udp", "refuse", "UDP with -proxy, which carries none: refuse (counted as unsupported; the safe choice when all traffic must leave through the proxy; DNS queries still go over TCP through it) or direct (to host sockets, outside the proxy)")
 		resolv     = fs.Bool("resolv-conf", true, "give CMD a private /etc/resolv.conf naming the DNS address")
 		hostLoop   = fs.Bool("allow-host-loopback", false, "let the sandbox reach the host's loopback (127.0.0.1, ::1) through the gateway address")
-		maxFlows   = fs.Int("max-flows", sandbox.DefaultMaxFlows, "most flows at once, all protocols (-1: no limit; 0: the default)")
-		maxTCP     = fs.Int("max-tcp", sandbox.DefaultMaxTCP, "most TCP connections at once (-1: no limit; 0: the default)")
-		maxUDP     = fs.Int("max-udp", sandbox.DefaultMaxUDP, "most UDP mappings at once (-1: no limit; 0: the default)")
-		maxHalf    = fs.Int("max-half-open", sandbox.DefaultMaxHalfOpen, "most TCP connections waiting for their host-side connect (-1: no limit; 0: the default)")
-		tcpBuf     = fs.Int("tcp-buffer", sandbox.DefaultTCPBuffer, "most bytes gVisor buffers per direction of one TCP flow")
-		udpIdle    = fs.Duration("udp-timeout", sandbox.DefaultUDPIdleTimeout, "a UDP mapping ends after this long without traffic")
+		maxFlows   = fs.Int("max-flows", forward.DefaultMaxFlows, "most flows at once, all protocols (-1: no limit)")
+		maxTCP     = fs.Int("max-tcp", forward.DefaultMaxTCP, "most TCP connections at once (-1: no limit)")
+		maxUDP     = fs.Int("max-udp", forward.DefaultMaxUDP, "most UDP mappings at once (-1: no limit)")
+		maxHalf    = fs.Int("max-half-open", forward.DefaultMaxHalfOpen, "most TCP handshakes that count at once: those to destinations that have not shown they answer, and any slower than a second (a burst to a live server never counts); one destination holds a quarter of them, one source half (-1: no limit)")
+		tcpBuf     = fs.Int("tcp-buffer", sandbox.DefaultTCPBuffer, "most bytes gVisor buffers per direction of one TCP flow; each flow reserves twice this against -memory-budget")
+		budget     = fs.Int64("memory-budget", forward.DefaultMemoryBudget, "most bytes of buffers open flows may reserve (-1: no limit)")
+		udpIdle    = fs.Duration("udp-timeout", forward.DefaultUDPIdleTimeout, "a UDP mapping ends after this long without traffic")
 		connTO     = fs.Duration("connect-timeout", sandbox.DefaultConnectTimeout, "limit on a host-side TCP connect")
 		metricsAt  = fs.String("metrics", "", "serve Prometheus metrics on this host address, e.g. 127.0.0.1:9100")
 		printStats = fs.Bool("stats", false, "print the relay's counters on exit")
@@ -244,7 +245,7 @@ Flags:
 	}
 	d.ResolvConf, d.AllowHostLoopback, d.Proxy = *resolv, *hostLoop, *proxyURL
 	d.UserNS, d.UsernsMap = *userns, *usernsMap
-	d.MaxFlows, d.MaxTCP, d.MaxUDP, d.MaxHalfOpen, d.TCPBuffer = *maxFlows, *maxTCP, *maxUDP, *maxHalf, *tcpBuf
+	d.MaxFlows, d.MaxTCP, d.MaxUDP, d.MaxHalfOpen, d.TCPBuffer, d.MemoryBudget = *maxFlows, *maxTCP, *maxUDP, *maxHalf, *tcpBuf, *budget
 	d.UDPIdleTimeout, d.ConnectTimeout = *udpIdle, *connTO
 	if err := d.Check(); err != nil {
 		return usage("%v", err)
