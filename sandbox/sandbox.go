@@ -102,11 +102,6 @@ func Serve(c *Config, d Device) (*Sandbox, error) {
 		return nil, err
 	}
 	s := &Sandbox{cfg: cfg}
-	if c, _, err := forward.ListenPing(false); err != nil {
-		s.warnings = append(s.warnings, fmt.Sprintf("sandbox: pings to relayed destinations are refused (counted as host errors): %v", err))
-	} else {
-		c.Close()
-	}
 	if !cfg.NoDNS {
 		s.dns = upstreams(cfg.DNSUpstream)
 	}
@@ -119,6 +114,11 @@ func Serve(c *Config, d Device) (*Sandbox, error) {
 	if err := s.buildStack(); err != nil {
 		s.Close()
 		return nil, err
+	}
+	// The ping relay's sockets are opened now, and the user told at
+	// start if pings cannot be relayed here.
+	if err := s.fw.OpenPing(); err != nil {
+		s.warnings = append(s.warnings, fmt.Sprintf("sandbox: pings to relayed destinations are refused, and counted: %v", err))
 	}
 	for _, f := range cfg.PortForwards {
 		if err := s.startForward(f); err != nil {
