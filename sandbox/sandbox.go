@@ -118,7 +118,8 @@ func Serve(c *Config, d Device) (*Sandbox, error) {
 	// The ping relay's sockets are opened now, and the user told at
 	// start if pings cannot be relayed here.
 	if err := s.fw.OpenPing(); err != nil {
-		s.warnings = append(s.warnings, fmt.Sprintf("sandbox: pings to relayed destinations are refused, and counted: %v", err))
+		// One sentence: the reasons of both IP versions on one line.
+		s.warnings = append(s.warnings, "sandbox: pings to relayed destinations are refused, and counted: "+strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	for _, f := range cfg.PortForwards {
 		if err := s.startForward(f); err != nil {
