@@ -43,7 +43,7 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 		impair    = fs.String("impair", "none", "fault injection, e.g. loss=5%,dup=1%,reorder=1%,corrupt=0.1%,delay=1ms,jitter=100us,seed=1")
 		cpuPath   = fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 		tracePath = fs.String("trace", "", "write an execution trace of the whole run to this file (large: keep runs short)")
-		procs     = fs.Int("procs", 0, "CPUs the server runs on at once (GOMAXPROCS); 0: each stack's default, 1 with ustack and Go's (every CPU) with kernel, unless $GOMAXPROCS is set. Measured with scripts/http.sh on 2 cores, 2 GiB downloads: ustack ran 1.3x faster on 1 than on 2 (fewer cross-CPU wake-ups between its receive, TCP and handler goroutines), the kernel-socket server 0.8x as fast; on 1 GiB ustack gained 1.1x, on 256 MiB nothing")
+		procs     = fs.Int("procs", 0, "CPUs the server runs on at once (GOMAXPROCS); 0: each stack's default, 1 with ustack (fewer cross-CPU wake-ups between its receive, TCP and handler goroutines) and Go's (every CPU) with kernel, unless $GOMAXPROCS is set; docs/results.md has what each was measured to give")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: ustack serve -link afpacket:IFACE|tun:NAME -addr CIDR[,CIDR] [flags]\n       ustack serve -stack kernel [-addr CIDR[,CIDR]] [flags]\n\nRuns a ustack host on a real interface with echo, discard and HTTP\nservices until SIGINT or SIGTERM; with -stack kernel, the same services\non the kernel's sockets.\n\nFlags:\n")

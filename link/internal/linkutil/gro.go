@@ -41,10 +41,8 @@ const groBucketSize = 8
 // per two segments, each opening about 86 KB, which it sent as 64 KB plus
 // the rest. Handling a round's ACKs as one opens their sum at once, so
 // the sender cuts fewer, fuller super-segments, and its TCP handles one
-// ACK instead of several. Measured with scripts/http.sh, 5 alternating
-// runs: ustack serve's 256 MiB download 2.4x as fast as without it (1.0x
-// of the kernel-socket server's, from 0.4x), in 5,100 frames of 52 KB
-// where it took 6,400-10,100 of 26-42 KB. TCP's ACKs are cumulative, so
+// ACK instead of several (docs/results.md has what scripts/http.sh
+// measured of it). TCP's ACKs are cumulative, so
 // the dropped ones told TCP nothing the kept one does not; what only an
 // earlier ACK carries (SACK blocks, a duplicate's loss signal, ECN) keeps
 // it from being dropped.
@@ -53,7 +51,7 @@ const groBucketSize = 8
 // MTU cannot leave (gVisor's forwarding drops what it would have to
 // fragment, and keeps no GSO marking to cut it again), and a thinned ACK
 // changes a routed flow's ACK clock. SetCoalescing(false), which a
-// forwarding stack calls on every NIC (link.Coalescer), hands every
+// routing stack calls on every NIC (link.Coalescer), hands every
 // packet up as it came.
 //
 // A GRO is not safe for concurrent use: it belongs to whoever runs the
