@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
 
@@ -129,4 +130,18 @@ func BenchmarkIsPureACK(b *testing.B) {
 			b.Fatal("a real ACK is not pure")
 		}
 	}
+}
+
+func TestNetworkProtocol(t *testing.T) {
+	for _, tc := range []struct {
+		first byte
+		want  tcpip.NetworkProtocolNumber
+		ok    bool
+	}{{0x45, header.IPv4ProtocolNumber, true}, {0x60, header.IPv6ProtocolNumber, true}, {0x00, 0, false}, {0x50, 0, false}} {
+		got, ok := NetworkProtocol([]byte{tc.first, 0, 0, 0})
+		require.Equal(t, tc.ok, ok, "%#x", tc.first)
+		require.Equal(t, tc.want, got, "%#x", tc.first)
+	}
+	_, ok := NetworkProtocol(nil)
+	require.False(t, ok, "an empty packet")
 }

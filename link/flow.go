@@ -93,3 +93,17 @@ func fmix32(h uint32) uint32 {
 func QueueIndex(h uint32, n int) int {
 	return int(uint64(h) * uint64(n) >> 32)
 }
+
+// NetworkProtocol is the network protocol of ip, an IP packet with no
+// link header (what a TUN device or a VPN hands over), by its version:
+// what such a link tells gVisor a packet is. ok is false for anything
+// but IPv4 and IPv6, which the link counts as malformed.
+func NetworkProtocol(ip []byte) (proto tcpip.NetworkProtocolNumber, ok bool) {
+	switch header.IPVersion(ip) {
+	case header.IPv4Version:
+		return header.IPv4ProtocolNumber, true
+	case header.IPv6Version:
+		return header.IPv6ProtocolNumber, true
+	}
+	return 0, false
+}

@@ -4,10 +4,9 @@ import (
 	"sync"
 
 	"gvisor.dev/gvisor/pkg/buffer"
-	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/internal/linkutil"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
@@ -247,13 +246,8 @@ func (e *Endpoint) packetFrom(b []byte, offset int) *stack.PacketBuffer {
 		e.rxMalformed.Add(1)
 		return nil
 	}
-	var proto tcpip.NetworkProtocolNumber
-	switch header.IPVersion(ip) {
-	case header.IPv4Version:
-		proto = header.IPv4ProtocolNumber
-	case header.IPv6Version:
-		proto = header.IPv6ProtocolNumber
-	default:
+	proto, ok := link.NetworkProtocol(ip)
+	if !ok {
 		e.rxMalformed.Add(1)
 		return nil
 	}

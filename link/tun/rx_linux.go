@@ -14,6 +14,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
 	"github.com/ustack-dev/ustack/cache"
+	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/internal/linkutil"
 	"github.com/ustack-dev/ustack/link/vnet"
 )
@@ -517,12 +518,8 @@ func (q *queue) countUSO(n int) {
 func (q *queue) deliver(ip []byte) {
 	proto := q.rxProto
 	if !q.e.tap {
-		switch header.IPVersion(ip) {
-		case header.IPv4Version:
-			proto = header.IPv4ProtocolNumber
-		case header.IPv6Version:
-			proto = header.IPv6ProtocolNumber
-		default:
+		var ok bool
+		if proto, ok = link.NetworkProtocol(ip); !ok {
 			q.rxMalformed.Add(1)
 			return
 		}
