@@ -41,16 +41,10 @@ type Device struct {
 // (TakeDevice) to Serve it. A nil c means the documented defaults; the
 // Namespace does not keep c.
 func OpenNamespace(c *Config) (*Namespace, error) {
-	var cfg Config
-	if c != nil {
-		cfg = *c
-	}
-	cfg, err := cfg.normalize()
-	if err == nil {
-		// Checked here too, as the user who started it: a relay in a
-		// user namespace of its own is root there, not on the host.
-		err = checkForwardPrivilege(cfg.PortForwards)
-	}
+	// The port forwards are checked here too, as the user who started
+	// it: a relay in a user namespace of its own is root there, not on
+	// the host.
+	cfg, err := checked(c)
 	if err != nil {
 		return nil, err
 	}

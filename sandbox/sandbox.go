@@ -89,14 +89,7 @@ func New(c *Config) (*Sandbox, error) {
 // addresses; a nil c means the documented defaults. The Sandbox it
 // returns has no namespace to Run commands in.
 func Serve(c *Config, d Device) (*Sandbox, error) {
-	var cfg Config
-	if c != nil {
-		cfg = *c
-	}
-	cfg, err := cfg.normalize()
-	if err == nil {
-		err = checkForwardPrivilege(cfg.PortForwards)
-	}
+	cfg, err := checked(c)
 	if err != nil {
 		closeFDs(d.FDs)
 		return nil, err
@@ -128,6 +121,20 @@ func Serve(c *Config, d Device) (*Sandbox, error) {
 		}
 	}
 	return s, nil
+}
+
+// checked is c with its defaults filled in (nil: the defaults), if it
+// is valid and this process may bind its port forwards' host ports.
+func checked(c *Config) (Config, error) {
+	var cfg Config
+	if c != nil {
+		cfg = *c
+	}
+	cfg, err := cfg.normalize()
+	if err == nil {
+		err = checkForwardPrivilege(cfg.PortForwards)
+	}
+	return cfg, err
 }
 
 // buildStack makes ustack the far end of the device: it owns the gateway
