@@ -111,23 +111,7 @@ func startRelay(name, kind string, spec any, files []*os.File, sysmonTick bool, 
 	cmd.Env = append(relayEnviron(sysmonTick), fmt.Sprintf("%s=%s/%d", relayEnv, kind, len(files)))
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	cmd.ExtraFiles = all
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
-		// Its own process group: a terminal's Ctrl-C is for the
-		// supervisor's command, which ends, and then the supervisor
-		// stops the relay.
-		Setpgid:   true,
-		Pdeathsig: syscall.SIGKILL,
-	}
-	if os.Geteuid() != 0 {
-		// Without root, mount and PID namespaces take a user namespace,
-		// where the relay is root mapped to the caller: it owns nothing
-		// more than the caller does, on the host.
-		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
-		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
-		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
-		cmd.SysProcAttr.GidMappingsEnableSetgroups = false
-	}
+	cmd.SysProcAttr = relayAttr()
 	p := &relayProc{cmd: cmd, life: lifeW, exited: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
