@@ -67,6 +67,15 @@ type Config struct {
 	// /var/run/netns/NAME or /proc/PID/ns/net; "" creates a new one that
 	// lives as long as the Sandbox (and the processes started in it).
 	NetNS string
+	// Host serves Device in this process's own network namespace, as
+	// tun2socks does, instead of a namespace of the sandbox's: nothing is
+	// created or entered but the device, and no route is changed (route
+	// what should go through the device yourself; with a default route
+	// through it, Interface or Mark keep the relay's own sockets out of
+	// it). NetNS must be empty. Without root the device must exist,
+	// persistent and the caller's (ip tuntap add ... user NAME), and be
+	// left as it is configured (NoConfigure).
+	Host bool
 	// UserNS, without root, is the user namespace to join with NetNS
 	// (/proc/PID/ns/user); "" means the one that owns NetNS.
 	UserNS string
@@ -107,6 +116,14 @@ type Config struct {
 	NoOffload bool
 	// Queues is the device's queue count (one receive goroutine each).
 	Queues int
+	// Interface binds every host socket the relay opens (TCP, UDP, ICMP,
+	// DNS over TCP, the proxy's) to this interface (SO_BINDTODEVICE), and
+	// Mark marks each one (SO_MARK; root only): so that a default route
+	// through the sandbox's own device (Host) cannot loop the relay's
+	// traffic back into it, with Mark matched by a routing rule. 0 and
+	// "" mean none.
+	Interface string
+	Mark      uint32
 	// Capture, if not nil, receives a capture of every packet the device
 	// carries, either way, in pcap format (package link/pcap), which
 	// Wireshark and tcpdump read: Ethernet frames on a TAP device, IP
@@ -343,6 +360,14 @@ func (c Config) normalize() (Config, error) {
 	if c.TCPBuffer < 4096 {
 		errs = append(errs, fmt.Errorf("sandbox: TCP buffer %d bytes: must be at least 4096", c.TCPBuffer))
 	}
+	if c.Host && c.NetNS != "" {
+		errs = append(errs, fmt.Errorf("sandbox: Host and NetNS %s: Host serves this process's own namespace; give one or the other", c.NetNS))
+	}
+	if c.Interface != "" {
+		if err := checkDevice(c.Interface); err != nil {
+			errs = append(errs, fmt.Errorf("sandbox: Interface: %w", err))
+		}
+	}
 	if c.NICs != nil {
 		errs = append(errs, errors.New("sandbox: Options.NICs: the sandbox relays its one NIC; leave NICs nil"))
 	}
@@ -350,7 +375,7 @@ func (c Config) normalize() (Config, error) {
 		errs = append(errs, errors.New("sandbox: timeouts must be positive"))
 	}
 	if c.Proxy != "" {
-		if _, err := parseProxy(c.Proxy); err != nil {
+		if _, err := parseProxy(c.Proxy, nil); err != nil {
 			errs = append(errs, err)
 		}
 	} else if c.ProxyUDPDirect {

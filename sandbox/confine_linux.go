@@ -112,7 +112,14 @@ func confinePolicy() (seccomp.Policy, error) {
 // ConfineProcess. It cannot be undone.
 func (s *Sandbox) Confine() error {
 	s.fw.OpenPing()
-	return ConfineProcess()
+	keep := uint64(1) << keptCap
+	if s.cfg.Mark != 0 {
+		// Every new flow's host socket is marked (SO_MARK), which takes
+		// CAP_NET_RAW since Linux 5.17; the filter still refuses the raw
+		// and packet sockets it is otherwise for.
+		keep |= 1 << unix.CAP_NET_RAW
+	}
+	return confineProcess(keep)
 }
 
 // ConfineProcess confines a relay process once it has opened what it
@@ -126,8 +133,12 @@ func (s *Sandbox) Confine() error {
 // the process can no longer execute a program, fork, or open a raw or
 // packet socket. Run after Isolate, it leaves a process that reaches
 // nothing of the host's but what it holds open. It cannot be undone.
-func ConfineProcess() error {
-	if err := dropPrivileges(); err != nil {
+func ConfineProcess() error { return confineProcess(1 << keptCap) }
+
+// confineProcess is ConfineProcess keeping the capabilities in the mask
+// keep, if held, rather than keptCap alone.
+func confineProcess(keep uint64) error {
+	if err := dropPrivileges(keep); err != nil {
 		return err
 	}
 	p, err := confinePolicy()
@@ -236,16 +247,16 @@ func parentPID() int {
 // nothing.
 const nobody = 65534
 
-// dropPrivileges leaves every thread at most keptCap in its effective
-// and permitted sets, nothing inheritable, and a bounding set of at most
-// keptCap; as root, where nobody is mapped, it first switches every
-// thread to nobody's uid and gid with no supplementary groups, keeping
-// keptCap across the switch. Capabilities and credentials belong to each
+// dropPrivileges leaves every thread at most the capabilities in the
+// mask keep (keptCap's, for a relay) in its effective and permitted sets,
+// nothing inheritable, and a bounding set of at most keep; as root, where
+// nobody is mapped, it first switches every thread to nobody's uid and
+// gid with no supplementary groups, keeping keep across the switch. Capabilities and credentials belong to each
 // thread, so each thread must change its own: psx runs the system calls
 // on all of them at once, through the Go runtime's AllThreadsSyscall in a
 // build without cgo, and through libpsx's signal to every thread in one
 // with cgo (where AllThreadsSyscall refuses to).
-func dropPrivileges() error {
+func dropPrivileges(keep uint64) error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
@@ -257,13 +268,13 @@ func dropPrivileges() error {
 		// no_new_privs and the filter forbid.
 		return nil
 	}
-	had := data[0].Permitted&(1<<keptCap) != 0
+	kept := (uint64(data[1].Permitted)<<32 | uint64(data[0].Permitted)) & keep
 	// The bounding set first, while CAP_SETPCAP is still held (lowering
 	// it takes that capability); without it the empty permitted set and
 	// no_new_privs bound us just as well.
 	if data[0].Effective&(1<<unix.CAP_SETPCAP) != 0 {
 		for c := 0; c <= lastCap(); c++ {
-			if c == keptCap {
+			if keep&(1<<c) != 0 {
 				continue
 			}
 			if _, _, e := psx.Syscall3(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); e != 0 {
@@ -276,10 +287,9 @@ func dropPrivileges() error {
 			return err
 		}
 	}
-	data = [2]unix.CapUserData{}
-	if had {
-		data[0].Permitted = 1 << keptCap
-		data[0].Effective = 1 << keptCap
+	data = [2]unix.CapUserData{
+		{Permitted: uint32(kept), Effective: uint32(kept)},
+		{Permitted: uint32(kept >> 32), Effective: uint32(kept >> 32)},
 	}
 	if _, _, e := psx.Syscall3(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
 		return fmt.Errorf("sandbox: drop capabilities: %w (serve unconfined if this process may not)", os.NewSyscallError("capset", e))

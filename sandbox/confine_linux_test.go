@@ -96,7 +96,7 @@ func confinedChild() error {
 	if err != nil {
 		return err
 	}
-	if err := dropPrivileges(); err != nil {
+	if err := dropPrivileges(1 << keptCap); err != nil {
 		return err
 	}
 	if err := seccomp.LoadFilter(seccomp.Filter{NoNewPrivs: true, Flag: seccomp.FilterFlagTSync, Policy: p}); err != nil {

@@ -27,6 +27,7 @@ type deviceSpec struct {
 	Gateway4    netip.Addr
 	Gateway6    netip.Addr
 	NoIPv6      bool
+	Host        bool // in this process's own namespace: no route, lo left alone
 }
 
 // deviceSpec is what c asks of the device.
@@ -34,7 +35,7 @@ func (c *Config) deviceSpec() deviceSpec {
 	s := deviceSpec{
 		Device: c.Device, TAP: c.TAP, MAC: c.MAC, NoConfigure: c.NoConfigure,
 		MTU: c.MTU, NoOffload: c.NoOffload, Queues: c.Queues,
-		Gateway4: c.Gateway4, Gateway6: c.Gateway6, NoIPv6: c.NoIPv6,
+		Gateway4: c.Gateway4, Gateway6: c.Gateway6, NoIPv6: c.NoIPv6, Host: c.Host,
 	}
 	if !c.NoConfigure {
 		s.Addrs = []netip.Prefix{c.Addr4}
@@ -51,8 +52,9 @@ func (s *deviceSpec) tunOptions() *tun.Options {
 }
 
 // configure finishes the device's setup in the calling thread's network
-// namespace once it exists, unless NoConfigure: its MAC, the default
-// routes through the gateway, and the namespace's loopback up.
+// namespace once it exists, unless NoConfigure: its MAC, and but for
+// Host the default routes through the gateway and the namespace's
+// loopback up.
 func (s *deviceSpec) configure(name string) error {
 	if s.NoConfigure {
 		return nil
@@ -65,6 +67,9 @@ func (s *deviceSpec) configure(name string) error {
 		if err := netlink.LinkSetHardwareAddr(l, s.MAC); err != nil {
 			return fmt.Errorf("sandbox: set %s's MAC address to %v: %w", name, s.MAC, err)
 		}
+	}
+	if s.Host {
+		return nil // the host's routes are its owner's
 	}
 	if err := routeVia(name, s.Gateway4, s.Gateway6, s.NoIPv6); err != nil {
 		return err

@@ -20,8 +20,10 @@ type namespace struct {
 	handle netns.NsHandle
 	path   string // what the user gave, or "" for one we created
 	// helper, without root, holds the namespaces instead of handle and
-	// becomes the sandbox's command (userns_linux.go).
+	// becomes the sandbox's command (helper_linux.go).
 	helper *helper
+	// host: this process's own namespace (Config.Host), no handle.
+	host bool
 }
 
 // openNamespace attaches to path, or creates a namespace if path is "".
@@ -55,6 +57,9 @@ func openNamespace(path string) (*namespace, error) {
 // do runs f on a thread inside the namespace; the thread is discarded
 // afterwards, so nothing else ever runs in the wrong namespace.
 func (n *namespace) do(f func() error) error {
+	if n.host {
+		return onThread(f)
+	}
 	return onThread(func() error {
 		// Only entering needs the handle: once in, the thread stays in the
 		// namespace even if Close closes the handle meanwhile.
@@ -79,6 +84,9 @@ func (n *namespace) enter() error {
 }
 
 func (n *namespace) close() {
+	if n.host {
+		return
+	}
 	if n.helper != nil {
 		n.helper.close()
 		return
@@ -103,6 +111,20 @@ func onThread(f func() error) error {
 // it: itself as root, through the helper otherwise.
 func (n *Namespace) open() error {
 	c := &n.cfg
+	if c.Host {
+		// This process's own namespace: the device is made here, as
+		// whoever runs it may (see Config.Host).
+		spec := c.deviceSpec()
+		return onThread(func() error {
+			d, err := createDevice(&spec)
+			if err != nil {
+				return err
+			}
+			n.dev = Device{Name: d.Name, TAP: d.TAP, MTU: d.MTU, FDs: d.FDs}
+			n.ns = &namespace{host: true}
+			return nil
+		})
+	}
 	if rootless() {
 		ns, dev, err := startHelper(c, func(w string) { n.warnings = append(n.warnings, "sandbox: "+w) })
 		n.ns, n.dev = ns, dev

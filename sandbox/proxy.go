@@ -20,8 +20,8 @@ const ProxyForms = "socks5://[user:pass@]HOST:PORT or http://[user:pass@]HOST:PO
 // parseProxy returns a dialer through the proxy rawURL names, or an error
 // that names the forms accepted and never the password: url.Parse's
 // errors quote the whole URL, so only their reason is kept.
-func parseProxy(rawURL string) (proxy.ContextDialer, error) {
-	d, err := upstream.Parse(rawURL)
+func parseProxy(rawURL string, via *net.Dialer) (proxy.ContextDialer, error) {
+	d, err := upstream.Parse(rawURL, via)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
@@ -64,18 +64,23 @@ var (
 )
 
 // dialer is what the relay dials flows with: host sockets, or the proxy
-// of c.Proxy.
+// of c.Proxy, the sockets bound to c.Interface and marked with c.Mark
+// either way.
 func dialer(c *Config) (proxy.ContextDialer, error) {
-	if c.Proxy == "" {
-		return &net.Dialer{Timeout: c.ConnectTimeout}, nil
+	host := &net.Dialer{Timeout: c.ConnectTimeout}
+	if c.Interface != "" || c.Mark != 0 {
+		host.Control = socketControl(c.Interface, c.Mark)
 	}
-	d, err := parseProxy(c.Proxy)
+	if c.Proxy == "" {
+		return host, nil
+	}
+	d, err := parseProxy(c.Proxy, host)
 	if err != nil {
 		return nil, err
 	}
 	pd := &proxyDialer{d: d, timeout: c.ConnectTimeout}
 	if c.ProxyUDPDirect {
-		return &proxyUDPDirect{proxyDialer: pd}, nil
+		return &proxyUDPDirect{proxyDialer: pd, lc: net.ListenConfig{Control: host.Control}}, nil
 	}
 	return pd, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"syscall"
 )
 
 // ErrNotSupported is returned by New on systems other than Linux.
@@ -36,3 +37,9 @@ func Isolate() error { return ErrNotSupported }
 
 // ConfineProcess returns ErrNotSupported on this system.
 func ConfineProcess() error { return ErrNotSupported }
+
+// socketControl fails every socket on this system, where the sandbox
+// serves nothing.
+func socketControl(string, uint32) func(string, string, syscall.RawConn) error {
+	return func(string, string, syscall.RawConn) error { return ErrNotSupported }
+}

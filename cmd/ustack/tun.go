@@ -89,6 +89,9 @@ func parseTun(args []string, stderr io.Writer) (r sandboxRun, status int, ok boo
 	var (
 		nsPath     = fs.String("netns", "", "serve an existing network namespace (e.g. /var/run/netns/NAME) instead of creating one")
 		pid        = fs.Int("pid", 0, "serve the network namespace of this process, as slirp4netns does")
+		host       = fs.Bool("host", false, "serve the device in this process's own network namespace, as tun2socks does: no namespace is made and no route changed (route through the device yourself, and keep the relay's sockets out of it with -interface or -fwmark); without root the device must exist, be yours and be used as it is (-no-configure)")
+		iface      = fs.String("interface", "", "bind every host socket the relay opens (TCP, UDP, ICMP, DNS, the proxy's) to this interface (SO_BINDTODEVICE)")
+		fwmark     = fs.Uint("fwmark", 0, "mark every host socket the relay opens with this firewall mark (SO_MARK; root), for a routing rule that keeps them off a route through the device")
 		readyFD    = fs.Int("ready-fd", -1, "write \"1\" to this descriptor and close it once the sandbox's network is up (slirp4netns's --ready-fd)")
 		exitFD     = fs.Int("exit-fd", -1, "exit (stopping CMD with SIGTERM) once this descriptor is readable or closed (slirp4netns's --exit-fd)")
 		confine    = fs.Bool("seccomp", true, "once serving (and CMD started), confine ustack: a seccomp allow-list (a denied system call fails with EPERM: no execve, no fork, no raw sockets), no_new_privs, capabilities dropped")
@@ -137,6 +140,7 @@ func parseTun(args []string, stderr io.Writer) (r sandboxRun, status int, ok boo
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: ustack tun [flags] -- CMD [ARGS...]
        ustack tun [flags] -netns PATH | -pid PID [-- CMD [ARGS...]]
+       ustack tun [flags] -host [-device NAME] [-- CMD [ARGS...]]
 
 Gives a network namespace its network through ustack: the namespace's only
 route is a TUN device served by ustack in this process, which relays every
@@ -163,8 +167,11 @@ Flags:
 	case *pid > 0:
 		*nsPath = fmt.Sprintf("/proc/%d/ns/net", *pid)
 	}
-	if *nsPath == "" && len(r.args) == 0 {
-		return usage("nothing to run: give -- CMD [ARGS...], or -netns PATH or -pid PID to serve a namespace")
+	if *nsPath == "" && !*host && len(r.args) == 0 {
+		return usage("nothing to run: give -- CMD [ARGS...], or -netns PATH or -pid PID to serve a namespace, or -host to serve a device in this one")
+	}
+	if *fwmark > 1<<32-1 {
+		return usage("-fwmark %d: a mark is 32 bits", *fwmark)
 	}
 	if *procs < 0 {
 		return usage("-procs %d: want a count of CPUs, or 0 for Go's default", *procs)
@@ -240,6 +247,7 @@ Flags:
 	}
 	d.NetNS, d.Device, d.NoIPv6, d.MTU, d.NoOffload, d.Queues, d.Qdisc = *nsPath, *device, *noIPv6, uint32(*mtu), !*offload, *queues, *qdisc
 	d.TAP, d.NoConfigure = *tap, *noConfig
+	d.Host, d.Interface, d.Mark = *host, *iface, uint32(*fwmark)
 	if d.NoConfigure && !setFlag(fs, "mtu") {
 		d.MTU = 0 // the device's own
 	}
@@ -332,7 +340,11 @@ func (r *sandboxRun) run(stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 	if len(r.args) == 0 {
-		fmt.Fprintf(stderr, "%s: serving %s on %s (%v, gateway %v, DNS %v)\n", r.name, r.cfg.NetNS, sv.device(), r.cfg.Addr4, r.cfg.Gateway4, r.cfg.DNS4)
+		where := r.cfg.NetNS
+		if r.cfg.Host {
+			where = "this network namespace"
+		}
+		fmt.Fprintf(stderr, "%s: serving %s on %s (%v, gateway %v, DNS %v)\n", r.name, where, sv.device(), r.cfg.Addr4, r.cfg.Gateway4, r.cfg.DNS4)
 		select {
 		case <-sigs:
 		case <-exitc:

@@ -27,8 +27,8 @@ var (
 	_ proxy.Dialer        = (*connectDialer)(nil)
 )
 
-func newConnect(u *url.URL) *connectDialer {
-	d := &connectDialer{proxyAddr: u.Host, name: u.Redacted()}
+func newConnect(u *url.URL, via net.Dialer) *connectDialer {
+	d := &connectDialer{proxyAddr: u.Host, name: u.Redacted(), forward: via}
 	if user, pass, ok := credentials(u); ok {
 		d.auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
 	}

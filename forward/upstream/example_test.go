@@ -11,7 +11,7 @@ import (
 // URL gives an HTTP CONNECT proxy the same way. (Not run: it needs a
 // proxy listening on 127.0.0.1:1080.)
 func ExampleParse() {
-	d, err := upstream.Parse("socks5://user:secret@127.0.0.1:1080")
+	d, err := upstream.Parse("socks5://user:secret@127.0.0.1:1080", nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 func TestSOCKS5Microsocks(t *testing.T) {
 	echo := echoServer(t)
 	addr := microsocks.Start(t, nil).String()
-	d, err := upstream.Parse("socks5://" + addr)
+	d, err := upstream.Parse("socks5://"+addr, nil)
 	require.NoError(t, err)
 	c, err := d.DialContext(t.Context(), "tcp", echo)
 	require.NoError(t, err)
@@ -27,14 +27,14 @@ func TestSOCKS5Microsocks(t *testing.T) {
 func TestSOCKS5MicrosocksAuth(t *testing.T) {
 	echo := echoServer(t)
 	addr := microsocks.Start(t, &microsocks.Options{User: "bob", Pass: "pa55"}).String()
-	d, err := upstream.Parse("socks5h://bob:pa55@" + addr)
+	d, err := upstream.Parse("socks5h://bob:pa55@"+addr, nil)
 	require.NoError(t, err)
 	c, err := d.DialContext(t.Context(), "tcp", echo)
 	require.NoError(t, err)
 	defer c.Close()
 	roundTrip(t, c, "authenticated through microsocks")
 
-	d, err = upstream.Parse("socks5://bob:nope@" + addr)
+	d, err = upstream.Parse("socks5://bob:nope@"+addr, nil)
 	require.NoError(t, err)
 	_, err = d.DialContext(t.Context(), "tcp", echo)
 	require.Error(t, err, "wrong credentials are refused")
@@ -46,7 +46,7 @@ func TestSOCKS5MicrosocksAuth(t *testing.T) {
 // answers: the dial ends at ctx's deadline, as a timeout.
 func TestSOCKS5Context(t *testing.T) {
 	silent := serve(t, func(c net.Conn) { io.Copy(io.Discard, c) })
-	d, err := upstream.Parse("socks5://" + silent)
+	d, err := upstream.Parse("socks5://"+silent, nil)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()

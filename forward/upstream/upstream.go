@@ -22,10 +22,17 @@ import (
 //     basic credentials when user is given. The proxy resolves names and
 //     picks the IP version: "tcp4" and "tcp6" mean "tcp" to it.
 //
-// The proxy itself is dialed with a net.Dialer, on the host. The dialers
-// are safe for concurrent use; their errors are *net.OpError, naming the
-// proxy (without its password) and what went wrong.
-func Parse(rawURL string) (proxy.ContextDialer, error) {
+// The proxy itself is dialed with via, on the host (a copy of it; nil
+// means a zero net.Dialer): its Control can bind the socket to an
+// interface or mark it, so that a default route through a tunnel of the
+// caller's does not take the proxy's connection. The dialers are safe
+// for concurrent use; their errors are *net.OpError, naming the proxy
+// (without its password) and what went wrong.
+func Parse(rawURL string, via *net.Dialer) (proxy.ContextDialer, error) {
+	var d net.Dialer
+	if via != nil {
+		d = *via
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// url.Error quotes the whole URL, password and all: keep only
@@ -44,9 +51,9 @@ func Parse(rawURL string) (proxy.ContextDialer, error) {
 	}
 	switch u.Scheme {
 	case "socks5", "socks5h":
-		return newSOCKS5(u)
+		return newSOCKS5(u, d)
 	case "http":
-		return newConnect(u), nil
+		return newConnect(u, d), nil
 	}
 	return nil, fmt.Errorf("proxy URL %s: scheme %q not supported: use socks5:// or http://", u.Redacted(), u.Scheme)
 }
@@ -82,7 +89,7 @@ func (f *forward) DialContext(ctx context.Context, network, address string) (net
 	return c, err
 }
 
-func newSOCKS5(u *url.URL) (proxy.ContextDialer, error) {
+func newSOCKS5(u *url.URL, via net.Dialer) (proxy.ContextDialer, error) {
 	var auth *proxy.Auth
 	if user, pass, ok := credentials(u); ok {
 		// RFC 1929 carries each in one length byte; x/net refuses the
@@ -92,7 +99,7 @@ func newSOCKS5(u *url.URL) (proxy.ContextDialer, error) {
 		}
 		auth = &proxy.Auth{User: user, Password: pass}
 	}
-	d, err := proxy.SOCKS5("tcp", u.Host, auth, &forward{})
+	d, err := proxy.SOCKS5("tcp", u.Host, auth, &forward{Dialer: via})
 	if err != nil {
 		return nil, fmt.Errorf("proxy URL %s: %w", u.Redacted(), err)
 	}

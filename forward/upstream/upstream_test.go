@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ustack-dev/ustack/forward/upstream"
+	"github.com/ustack-dev/ustack/internal/microsocks"
 )
 
 // owner closes what it owns when the test ends, and waits for the
@@ -188,7 +189,7 @@ func TestParseErrors(t *testing.T) {
 		{"http://%zz", "proxy URL"},
 		{"http://u:secret@h:x", "invalid port"},
 	} {
-		_, err := upstream.Parse(tc.url)
+		_, err := upstream.Parse(tc.url, nil)
 		require.ErrorContains(t, err, tc.want, tc.url)
 		require.NotContains(t, err.Error(), "secret", "errors never show the password")
 	}
@@ -197,7 +198,7 @@ func TestParseErrors(t *testing.T) {
 func TestHTTPConnect(t *testing.T) {
 	echo := echoServer(t)
 	proxyAddr, lastAuth := connectProxy(t, proxyOptions{})
-	d, err := upstream.Parse("http://" + proxyAddr)
+	d, err := upstream.Parse("http://"+proxyAddr, nil)
 	require.NoError(t, err)
 	c, err := d.DialContext(t.Context(), "tcp", echo)
 	require.NoError(t, err)
@@ -209,7 +210,7 @@ func TestHTTPConnect(t *testing.T) {
 func TestHTTPConnectAuth(t *testing.T) {
 	echo := echoServer(t)
 	proxyAddr, lastAuth := connectProxy(t, proxyOptions{user: "alice", pass: "s3cret:x"})
-	d, err := upstream.Parse("http://alice:s3cret%3Ax@" + proxyAddr)
+	d, err := upstream.Parse("http://alice:s3cret%3Ax@"+proxyAddr, nil)
 	require.NoError(t, err)
 	c, err := d.DialContext(t.Context(), "tcp", echo)
 	require.NoError(t, err)
@@ -221,7 +222,7 @@ func TestHTTPConnectAuth(t *testing.T) {
 		{"http://" + proxyAddr, "give user:pass"},
 		{"http://alice:wrong@" + proxyAddr, "check the user and password"},
 	} {
-		d, err := upstream.Parse(tc.url)
+		d, err := upstream.Parse(tc.url, nil)
 		require.NoError(t, err)
 		_, err = d.DialContext(t.Context(), "tcp", echo)
 		var se *upstream.StatusError
@@ -240,7 +241,7 @@ func TestHTTPConnectRefusedByProxy(t *testing.T) {
 	closed := ln.Addr().String()
 	ln.Close()
 	proxyAddr, _ := connectProxy(t, proxyOptions{})
-	d, err := upstream.Parse("http://" + proxyAddr)
+	d, err := upstream.Parse("http://"+proxyAddr, nil)
 	require.NoError(t, err)
 	_, err = d.DialContext(t.Context(), "tcp4", closed)
 	var op *net.OpError
@@ -262,7 +263,7 @@ func TestHTTPConnectProxyDown(t *testing.T) {
 	require.NoError(t, err)
 	gone := ln.Addr().String()
 	ln.Close()
-	d, err := upstream.Parse("http://u:hidden@" + gone)
+	d, err := upstream.Parse("http://u:hidden@"+gone, nil)
 	require.NoError(t, err)
 	_, err = d.DialContext(t.Context(), "tcp", "198.18.0.1:80")
 	require.ErrorIs(t, err, syscall.ECONNREFUSED)
@@ -276,7 +277,7 @@ func TestHTTPConnectProxyDown(t *testing.T) {
 func TestHTTPConnectKeepsEarlyBytes(t *testing.T) {
 	echo := echoServer(t)
 	proxyAddr, _ := connectProxy(t, proxyOptions{greeting: "220 ready\r\n"})
-	d, err := upstream.Parse("http://" + proxyAddr)
+	d, err := upstream.Parse("http://"+proxyAddr, nil)
 	require.NoError(t, err)
 	c, err := d.DialContext(t.Context(), "tcp", echo)
 	require.NoError(t, err)
@@ -293,7 +294,7 @@ func TestHTTPConnectKeepsEarlyBytes(t *testing.T) {
 // at ctx's deadline, or when ctx is cancelled.
 func TestHTTPConnectContext(t *testing.T) {
 	proxyAddr, _ := connectProxy(t, proxyOptions{silent: true})
-	d, err := upstream.Parse("http://" + proxyAddr)
+	d, err := upstream.Parse("http://"+proxyAddr, nil)
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
@@ -308,8 +309,36 @@ func TestHTTPConnectContext(t *testing.T) {
 	ctx, cancel = context.WithCancel(t.Context())
 	defer cancel()
 	proxyAddr, _ = connectProxy(t, proxyOptions{silent: true, onRequest: cancel})
-	d, err = upstream.Parse("http://" + proxyAddr)
+	d, err = upstream.Parse("http://"+proxyAddr, nil)
 	require.NoError(t, err)
 	_, err = d.DialContext(ctx, "tcp", "198.18.0.1:80")
 	require.ErrorIs(t, err, context.Canceled)
+}
+
+// TestParseVia: the proxy itself is dialed with the dialer given, whose
+// Control sees the connection to the proxy (where a caller binds or
+// marks it), for both kinds of proxy.
+func TestParseVia(t *testing.T) {
+	echo := echoServer(t)
+	connectAddr, _ := connectProxy(t, proxyOptions{})
+	socksAddr := microsocks.Start(t, nil).String()
+	for _, url := range []string{"http://" + connectAddr, "socks5://" + socksAddr} {
+		var seen []string
+		var mu sync.Mutex
+		via := &net.Dialer{Control: func(network, address string, _ syscall.RawConn) error {
+			mu.Lock()
+			seen = append(seen, address)
+			mu.Unlock()
+			return nil
+		}}
+		d, err := upstream.Parse(url, via)
+		require.NoError(t, err)
+		c, err := d.DialContext(t.Context(), "tcp", echo)
+		require.NoError(t, err, url)
+		roundTrip(t, c, "through "+url)
+		c.Close()
+		mu.Lock()
+		require.Equal(t, []string{strings.TrimPrefix(strings.TrimPrefix(url, "http://"), "socks5://")}, seen, "%s: the proxy dialed through via", url)
+		mu.Unlock()
+	}
 }
