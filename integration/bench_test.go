@@ -94,8 +94,12 @@ func TestBenchNoOffload(t *testing.T) {
 				t.Run(r.Link, func(t *testing.T) {
 					require.NoError(t, r.Check(cells[i]))
 					require.Positive(t, r.SentPPS, "packets counted")
+					// Goodput at the receiver over packets at the sender:
+					// two rates of two ends, a few percent apart on a
+					// loaded machine, where a super-packet is tens of
+					// segments; so the bound is two segments' payload.
 					perPacket := r.Gbps * 1e9 / 8 / r.SentPPS
-					require.LessOrEqual(t, perPacket, float64(mtu-40), "payload bytes per client-to-server packet: a super-packet left an end")
+					require.LessOrEqual(t, perPacket, 2*float64(mtu-40), "payload bytes per client-to-server packet: a super-packet left an end")
 				})
 			}
 		})
