@@ -196,7 +196,16 @@ func (ns *NS) Close() error {
 	}
 	herr := ns.handle.Close()
 	if err := netns.DeleteNamed(ns.Name); err != nil {
-		return fmt.Errorf("netns %s: delete %s: %w", ns.Name, filepath.Join(runDir, ns.Name), err)
+		// EINVAL: the name is no mount point here any more (its bind
+		// mount is gone, or covered by a mount made since): the name
+		// itself is all that is left to remove.
+		path := filepath.Join(runDir, ns.Name)
+		if !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("netns %s: delete %s: %w", ns.Name, path, err)
+		}
+		if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			return fmt.Errorf("netns %s: delete %s: %w (and it is no mount point: %v)", ns.Name, path, rerr, err)
+		}
 	}
 	if herr != nil {
 		return fmt.Errorf("netns %s: close its handle: %w", ns.Name, herr)
