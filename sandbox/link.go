@@ -67,10 +67,10 @@ func (s *Sandbox) nicLink() (gstack.LinkEndpoint, error) {
 }
 
 // startAdvertising gives a TAP sandbox's NIC its link-local address and
-// starts its router advertisements, unless IPv6 is off.
+// starts its router advertisements, unless IPv6 or they are off.
 func (s *Sandbox) startAdvertising() error {
 	c := &s.cfg
-	if !s.ep.TAP() || c.NoIPv6 {
+	if !s.ep.TAP() || c.NoIPv6 || c.NoRA {
 		return nil
 	}
 	mac := s.ep.LinkAddress()
@@ -79,7 +79,7 @@ func (s *Sandbox) startAdvertising() error {
 		return fmt.Errorf("sandbox: link-local address %v: %w", ll, err)
 	}
 	o := &raOptions{src: ll, mac: mac, mtu: s.ep.MTU(), prefix: c.Addr6.Masked()}
-	if !c.NoDNS {
+	if !c.NoDNS && !c.DNS6.IsUnspecified() {
 		o.dns = c.DNS6
 	}
 	s.adv.Store(newAdvertiser(s.st.GVisor(), s.nic, o))

@@ -67,7 +67,7 @@ var (
 // of c.Proxy.
 func dialer(c *Config) (proxy.ContextDialer, error) {
 	if c.Proxy == "" {
-		return &net.Dialer{Timeout: c.ConnectTimeout}, nil
+		return &net.Dialer{Timeout: c.ConnectTimeout, Control: outboundControl(c.OutboundAddr4, c.OutboundAddr6)}, nil
 	}
 	d, err := parseProxy(c.Proxy)
 	if err != nil {

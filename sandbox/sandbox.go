@@ -157,13 +157,7 @@ func (s *Sandbox) buildStack() error {
 		return fmt.Errorf("sandbox: %w", err)
 	}
 	s.nic = id
-	// The gateway first: it is the primary address, the source of
-	// port-forwarded connections.
-	addrs := []netip.Prefix{netip.PrefixFrom(c.Gateway4, c.Addr4.Bits()), netip.PrefixFrom(c.DNS4, c.Addr4.Bits())}
-	if !c.NoIPv6 {
-		addrs = append(addrs, netip.PrefixFrom(c.Gateway6, c.Addr6.Bits()), netip.PrefixFrom(c.DNS6, c.Addr6.Bits()))
-	}
-	for _, a := range addrs {
+	for _, a := range c.owned() {
 		if err := st.AddAddress(id, a); err != nil {
 			return fmt.Errorf("sandbox: %w", err)
 		}
@@ -179,7 +173,7 @@ func (s *Sandbox) buildStack() error {
 	if err != nil {
 		return err
 	}
-	relay := forward.Relay(d, policy(c, s.dns))
+	relay := withGuestAliases(forward.Relay(d, policy(c, s.dns)), d, c)
 	s.fw, err = forward.New(st, relay, &forward.Options{
 		MaxFlows: c.MaxFlows, MaxTCP: c.MaxTCP, MaxUDP: c.MaxUDP, MaxHalfOpen: c.MaxHalfOpen,
 		MemoryBudget: budget, UDPIdleTimeout: c.UDPIdleTimeout,
