@@ -30,3 +30,9 @@ func (n *Namespace) Run(*exec.Cmd, func(*os.Process)) error { return ErrNotSuppo
 
 // Confine returns ErrNotSupported on this system.
 func (s *Sandbox) Confine() error { return ErrNotSupported }
+
+// ConfineProcess returns ErrNotSupported on this system.
+func ConfineProcess() error { return ErrNotSupported }
+
+// Isolate returns ErrNotSupported on this system.
+func Isolate() error { return ErrNotSupported }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -97,6 +98,9 @@ func TestPastaAcceptsEveryOptionInEveryForm(t *testing.T) {
 			o.NoDHCP, o.NoNDP, o.NoDHCPv6, o.NoRA, o.NoSplice = true, true, true, true, true
 		})},
 		{"--no-dhcp exact beats --no-dhcpv6", a("--no-dhcp"), pastaWant(func(o *pastaOptions) { o.NoDHCP = true })},
+		{"--ns-mac-addr", a("--config-net --ns-mac-addr 02:00:00:00:00:07"), pastaWant(func(o *pastaOptions) {
+			o.ConfigNet, o.NSMAC = true, net.HardwareAddr{2, 0, 0, 0, 0, 7}
+		})},
 		{"--freebind", a("--freebind"), pastaWant(func(o *pastaOptions) { o.FreeBind = true })},
 		{"--no-map-gw", a("--no-map-gw"), pastaWant(func(o *pastaOptions) { o.NoMapGW = true })},
 		{"--map-host-loopback", a("--map-host-loopback 169.254.1.2 --map-host-loopback fd00::2"), pastaWant(func(o *pastaOptions) {
@@ -416,8 +420,8 @@ func pastaRefusalCases() []refusalCase {
 		{a("--log-size 1048576"), "--log-size: ustack logs to standard error only: drop the option", false, false},
 		{a("--runas 1000"), "--runas: ustack does not change its user: start it as the user it should run as", false, false},
 		{a("-F 3"), "--fd: ustack does not take a pre-opened tap descriptor: give a PID, --netns or a command", false, false},
-		{a("-M 02:00:00:00:00:01"), "--mac-addr: ustack's interface in the namespace has no link layer, so there is no MAC address to set", false, false},
-		{a("--ns-mac-addr 02:00:00:00:00:01"), "--ns-mac-addr: ustack's interface in the namespace has no link layer, so there is no MAC address to set", false, false},
+		{a("-M 02:00:00:00:00:01"), "--mac-addr: ustack's side of the namespace's TAP device has a random locally administered MAC address: drop the option", false, false},
+		{a("--ns-mac-addr 02:00:00:00:00"), "Invalid MAC address: 02:00:00:00:00", false, false},
 		{a("--dhcp-dns"), "--dhcp-dns: ustack runs no DHCP, DHCPv6 or NDP server: configure the namespace's resolvers directly", false, false},
 		{a("--dhcp-search"), "--dhcp-search: ustack runs no DHCP, DHCPv6 or NDP server: configure the namespace's search domains directly", false, false},
 		{a("--socket /tmp/s"), "--socket: a passt option (its UNIX domain socket for a virtual machine), not pasta's", false, false},
