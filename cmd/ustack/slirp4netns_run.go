@@ -22,10 +22,10 @@ var slirpGuest6 = netip.MustParsePrefix("fd00::100/64")
 // sandboxRun maps o onto a run named prog (the name messages start
 // with): the sandbox of slirp4netns's layout on a TAP device, configured
 // with -c or attached to as its creator left it without, served until
-// stopped. lookup finds the interface of --outbound-addr given by name
-// (net.InterfaceByName in the command). It checks the sandbox's
+// stopped. ifAddrs finds the addresses of an interface --outbound-addr
+// names (interfaceAddrs in the command). It checks the sandbox's
 // configuration as ustack tun does, so that what it returns runs.
-func (o *slirpOptions) sandboxRun(prog string, lookup func(name string) (*net.Interface, error)) (sandboxRun, error) {
+func (o *slirpOptions) sandboxRun(prog string, ifAddrs func(name string) ([]net.Addr, error)) (sandboxRun, error) {
 	r := sandboxRun{
 		name: prog, readyFD: o.ReadyFD, exitFD: o.ExitFD, apiSocket: o.APISocket,
 		// Either switch asks for ustack's whole confinement: the relay
@@ -50,10 +50,10 @@ func (o *slirpOptions) sandboxRun(prog string, lookup func(name string) (*net.In
 	}
 	c.AllowHostLoopback, c.NoDNS = !o.DisableHostLoopback, o.DisableDNS
 	var err error
-	if c.OutboundAddr4, err = outboundAddr(o.OutboundAddr, o.OutboundIf, false, lookup); err != nil {
+	if c.OutboundAddr4, err = outboundAddr(o.OutboundAddr, o.OutboundIf, false, ifAddrs); err != nil {
 		return r, err
 	}
-	if c.OutboundAddr6, err = outboundAddr(o.OutboundAddr6, o.OutboundIf6, true, lookup); err != nil {
+	if c.OutboundAddr6, err = outboundAddr(o.OutboundAddr6, o.OutboundIf6, true, ifAddrs); err != nil {
 		return r, err
 	}
 	return r, c.Check()
@@ -63,7 +63,7 @@ func (o *slirpOptions) sandboxRun(prog string, lookup func(name string) (*net.In
 // the one given, or the first of its family on the interface named, as
 // slirp4netns looks it up once at start (a link-local IPv6 address,
 // which needs a scope, is passed over).
-func outboundAddr(a netip.Addr, ifname string, v6 bool, lookup func(string) (*net.Interface, error)) (netip.Addr, error) {
+func outboundAddr(a netip.Addr, ifname string, v6 bool, ifAddrs func(string) ([]net.Addr, error)) (netip.Addr, error) {
 	if ifname == "" {
 		return a, nil
 	}
@@ -71,13 +71,9 @@ func outboundAddr(a netip.Addr, ifname string, v6 bool, lookup func(string) (*ne
 	if v6 {
 		option, family = "--outbound-addr6", "IPv6"
 	}
-	ifi, err := lookup(ifname)
+	addrs, err := ifAddrs(ifname)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("%s=%s: neither an %s address nor an interface: %w", option, ifname, family, err)
-	}
-	addrs, err := ifi.Addrs()
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("%s=%s: the interface's addresses: %w", option, ifname, err)
+		return netip.Addr{}, fmt.Errorf("%s=%s: neither an %s address nor an interface with one: %w", option, ifname, family, err)
 	}
 	for _, ad := range addrs {
 		n, ok := ad.(*net.IPNet)
@@ -102,10 +98,19 @@ func slirp4netnsMain(argv []string, stdout, stderr io.Writer) int {
 		return status
 	}
 	prog, _ := slirp4netnsFrontEnd.progArgs(argv)
-	r, err := o.sandboxRun(prog, net.InterfaceByName)
+	r, err := o.sandboxRun(prog, interfaceAddrs)
 	if err != nil {
 		printLines(stderr, fmt.Sprintf("%s: %v", prog, err))
 		return frontEndStatus
 	}
 	return r.run(os.Stdin, stdout, stderr)
+}
+
+// interfaceAddrs lists the addresses of the host's interface name.
+func interfaceAddrs(name string) ([]net.Addr, error) {
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil, err
+	}
+	return ifi.Addrs()
 }
