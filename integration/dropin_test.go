@@ -205,13 +205,26 @@ func (e *toolEnv) processes(keep ...int) []string {
 			continue
 		}
 		var st syscall.Stat_t
-		if syscall.Stat("/proc/"+ent.Name(), &st) != nil || !e.owned(int(st.Uid)) {
+		if syscall.Stat("/proc/"+ent.Name(), &st) != nil || !e.owned(int(st.Uid)) || zombie(pid) {
 			continue
 		}
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		out = append(out, fmt.Sprintf("%d %s", pid, bytes.TrimSpace(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))))
 	}
 	return out
+}
+
+// zombie reports whether pid has exited and waits for its parent to
+// reap it (pid 1, for an orphan, which here may take its time): it holds
+// nothing any more.
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// The state follows the command's closing parenthesis.
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
 }
 
 func contains(s []int, v int) bool {
