@@ -28,6 +28,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
+	"github.com/ustack-dev/ustack/internal/dnstest"
 	"github.com/ustack-dev/ustack/internal/netns"
 )
 
@@ -339,4 +340,222 @@ func (d *nsDialer) DialContext(ctx context.Context, network, address string) (ne
 		return err
 	})
 	return c, err
+}
+
+// holder starts, as the tools' user, a process in user and network
+// namespaces of its own (`unshare -rn`, as RootlessKit's child), and
+// returns its PID once it runs in them; it is killed at the end.
+func (e *toolEnv) holder(t *testing.T) int {
+	t.Helper()
+	needTool(t, "unshare", "util-linux")
+	c := e.cmd("unshare", "-rn", "sleep", "600")
+	require.NoError(t, c.Start())
+	// runuser runs unshare as its child, which becomes sleep once the
+	// namespaces exist.
+	var pid int
+	deadline := time.Now().Add(10 * time.Second)
+	for pid == 0 {
+		for _, p := range e.processes() {
+			if f := strings.Fields(p); len(f) > 1 && f[1] == "sleep" {
+				pid, _ = strconv.Atoi(f[0])
+			}
+		}
+		require.True(t, pid != 0 || time.Now().Before(deadline), "the holder never ran")
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(pid, syscall.SIGKILL)
+		c.Wait()
+	})
+	return pid
+}
+
+// inNetNS runs argv as root in process pid's network namespace.
+func inNetNS(pid int, argv ...string) ([]byte, error) {
+	return exec.Command("nsenter", append([]string{"-t", strconv.Itoa(pid), "-n", "--"}, argv...)...).CombinedOutput()
+}
+
+// TestFrontEndLifecycle: ustack's slirp4netns, rootless and confined
+// (a supervisor, the namespace helper, the relay), leaves no process and
+// no device behind when its supervisor gets SIGTERM, or SIGKILL as
+// RootlessKit sends it; a device of the other type is refused as what
+// it is.
+func TestFrontEndLifecycle(t *testing.T) {
+	e := setupTools(t)
+	pid := e.holder(t)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			ready, readyW, err := os.Pipe()
+			require.NoError(t, err)
+			defer ready.Close()
+			c := e.cmd("slirp4netns", "-c", "--enable-sandbox", "--enable-seccomp", "-r", "3", strconv.Itoa(pid), "tap0")
+			c.ExtraFiles = []*os.File{readyW}
+			var stderr strings.Builder
+			c.Stderr = &stderr
+			require.NoError(t, c.Start())
+			readyW.Close()
+			waited := make(chan error, 1)
+			go func() { waited <- c.Wait() }()
+			b := make([]byte, 1)
+			_, err = ready.Read(b)
+			require.NoError(t, err, "no ready byte: %s", stderr.String())
+			out, err := inNetNS(pid, "ip", "-o", "link", "show", "tap0")
+			require.NoError(t, err, "%s", out)
+			procs := strings.Join(e.processes(pid), "\n")
+			require.Contains(t, procs, "slirp4netns relay")
+			require.Contains(t, procs, "ustack-sandbox-helper")
+			// nsenter runs runuser, which runs the front end as its
+			// child: signal that one.
+			var front int
+			for _, p := range e.processes(pid) {
+				if strings.Contains(p, "slirp4netns -c") {
+					front, _ = strconv.Atoi(strings.Fields(p)[0])
+				}
+			}
+			require.NotZero(t, front, "%s", procs)
+			require.NoError(t, syscall.Kill(front, sig))
+			select {
+			case <-waited:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("runuser did not end after the front end's %v", sig)
+			}
+			e.requireNoneLeft(t, "after "+sig.String(), pid)
+			out, err = inNetNS(pid, "ip", "-o", "link")
+			require.NoError(t, err)
+			require.NotContains(t, string(out), "tap0", "the device went with the relay")
+		})
+	}
+	t.Run("pasta's daemon, terminated", func(t *testing.T) {
+		pidFile := filepath.Join(e.run, "pasta.pid")
+		out, err := e.cmd("pasta", "--config-net", "-I", "tap0", "-a", "10.0.2.100", "-n", "24", "-g", "10.0.2.2", "--ipv4-only",
+			"-t", "none", "-u", "none", "-T", "none", "-U", "none", "-P", pidFile, strconv.Itoa(pid)).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		b, err := os.ReadFile(pidFile)
+		require.NoError(t, err)
+		daemon, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		require.NoError(t, err)
+		out, err = inNetNS(pid, "ip", "-o", "link", "show", "tap0")
+		require.NoError(t, err, "%s", out)
+		require.NoError(t, syscall.Kill(daemon, syscall.SIGTERM))
+		require.NoError(t, exited(daemon))
+		e.requireNoneLeft(t, "after SIGTERM", pid)
+		out, err = inNetNS(pid, "ip", "-o", "link")
+		require.NoError(t, err)
+		require.NotContains(t, string(out), "tap0", "the device went with the daemon")
+	})
+	t.Run("a device of the other type", func(t *testing.T) {
+		out, err := inNetNS(pid, "ip", "tuntap", "add", "dev", "tap0", "mode", "tun")
+		require.NoError(t, err, "%s", out)
+		defer inNetNS(pid, "ip", "tuntap", "del", "dev", "tap0", "mode", "tun")
+		c := e.cmd("slirp4netns", "-c", strconv.Itoa(pid), "tap0")
+		out, err = c.CombinedOutput()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "%s", out)
+		require.Equal(t, 1, exit.ExitCode())
+		require.Contains(t, string(out), "tap0 is a TUN device, not TAP")
+		require.NotContains(t, string(out), "CAP_NET_ADMIN")
+	})
+}
+
+// TestTapSandbox runs ustack tun on TAP devices, as root in a namespace
+// of the test's: the sandbox takes an IPv6 address from ustack's router
+// advertisements (SLAAC, not dadfailed) and relays UDP, DNS and pings
+// (written raw by the relay, framed by the sandbox); it attaches to a
+// persistent TAP device its creator configured and changes nothing of
+// it; and it captures the sandbox's traffic in a file tcpdump reads.
+func TestTapSandbox(t *testing.T) {
+	requireNamespaces(t)
+	needTool(t, "tcpdump", "tcpdump")
+	bin := buildUstack(t)
+	host, err := netns.New("ustack-tap")
+	require.NoError(t, err)
+	defer host.Close()
+	in := func(argv ...string) *exec.Cmd {
+		return exec.Command("nsenter", append([]string{"--net=/run/netns/" + host.Name, "--"}, argv...)...)
+	}
+	var pc net.PacketConn
+	require.NoError(t, host.Do(func() error {
+		var err error
+		pc, err = net.ListenPacket("udp", "127.0.0.1:0")
+		return err
+	}))
+	dns := dnstest.New(dnsZone)
+	dns.ServePacket(pc)
+	defer dns.Close()
+	upstream := pc.LocalAddr().String()
+
+	t.Run("SLAAC, DNS, pings", func(t *testing.T) {
+		pcapFile := filepath.Join(t.TempDir(), "tap.pcap")
+		script := `for i in $(seq 100); do ip -6 addr show dev tap0 | grep -q 'fd00:198:18:.* dynamic' && ! ip -6 addr show dev tap0 | grep -q tentative && break; sleep 0.1; done
+ip -6 addr show dev tap0
+busybox nslookup ` + strings.TrimSuffix(dnsName, ".") + ` 198.18.0.3
+ping -c 1 -W 5 198.18.0.1`
+		out, err := in(bin, "tun", "-tap", "-pcap", pcapFile, "-dns-upstream", upstream, "--", "sh", "-c", script).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Regexp(t, `inet6 fd00:198:18:[0-9a-f:]+/64 scope global dynamic`, string(out))
+		require.NotContains(t, string(out), "dadfailed")
+		require.Contains(t, string(out), dnsA.String())
+		require.Contains(t, string(out), "1 received")
+		// The capture: the solicitation and ustack's advertisement, the
+		// DNS query and its relayed answer, the echo and its reply.
+		for _, f := range []struct {
+			filter string
+			min    int
+		}{
+			{"icmp6 and ip6[40] == 133", 1},
+			{"icmp6 and ip6[40] == 134", 1},
+			{"udp port 53", 2},
+			{"icmp", 2},
+			{"arp", 2},
+		} {
+			out, err := exec.Command("tcpdump", "-nr", pcapFile, f.filter).Output()
+			require.NoError(t, err, f.filter)
+			lines := strings.Count(string(out), "\n")
+			require.GreaterOrEqual(t, lines, f.min, "tcpdump -r %s %q:\n%s", pcapFile, f.filter, out)
+		}
+	})
+	t.Run("attached to a persistent device, unconfigured", func(t *testing.T) {
+		for _, argv := range [][]string{
+			{"ip", "tuntap", "add", "dev", "tap7", "mode", "tap"},
+			{"ip", "addr", "add", "198.18.0.100/24", "dev", "tap7"},
+			{"ip", "link", "set", "tap7", "mtu", "9000", "up"},
+		} {
+			out, err := in(argv...).CombinedOutput()
+			require.NoError(t, err, "%q: %s", argv, out)
+		}
+		defer in("ip", "tuntap", "del", "dev", "tap7", "mode", "tap").Run()
+		// IPv4: the kernel adds IPv6 addresses of its own from ustack's
+		// router advertisements.
+		before, err := in("ip", "-4", "-o", "addr", "show", "dev", "tap7").Output()
+		require.NoError(t, err)
+		srv := (&toolEnv{ns: host}).serveHTTP(t, netip.MustParseAddr("127.0.0.1"))
+		ready, readyW, err := os.Pipe()
+		require.NoError(t, err)
+		defer ready.Close()
+		c := in(bin, "tun", "-tap", "-no-configure", "-device", "tap7", "-mtu", "9000", "-netns", "/run/netns/"+host.Name, "-allow-host-loopback", "-ready-fd", "3")
+		c.ExtraFiles = []*os.File{readyW}
+		c.Stderr = os.Stderr
+		require.NoError(t, c.Start())
+		readyW.Close()
+		defer func() {
+			c.Process.Signal(syscall.SIGTERM)
+			c.Wait()
+		}()
+		_, err = ready.Read(make([]byte, 1))
+		require.NoError(t, err)
+		after, err := in("ip", "-4", "-o", "addr", "show", "dev", "tap7").Output()
+		require.NoError(t, err)
+		require.Equal(t, string(before), string(after), "the device's addresses are its creator's")
+		link, err := in("ip", "-o", "link", "show", "dev", "tap7").Output()
+		require.NoError(t, err)
+		require.Contains(t, string(link), "mtu 9000")
+		// The creator routes through ustack's gateway; the host's
+		// loopback is behind it.
+		out, err := in("ip", "route", "add", "default", "via", "198.18.0.1", "dev", "tap7").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		n := sized(8 << 20)
+		got, err := in("busybox", "wget", "-q", "-O", "-", fmt.Sprintf("http://198.18.0.1:%d/bytes/%d", srv.Port(), n)).Output()
+		require.NoError(t, err)
+		require.Equal(t, patternSum(n), sumOf(t, bytes.NewReader(got)))
+	})
 }
