@@ -121,8 +121,12 @@ func inotifyGone(b []byte, name string) bool {
 		if len(b) < unix.SizeofInotifyEvent+n {
 			return false
 		}
-		ev := string(bytes.TrimRight(b[unix.SizeofInotifyEvent:unix.SizeofInotifyEvent+n], "\x00"))
-		if mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0 || mask&(unix.IN_DELETE|unix.IN_MOVED_FROM) != 0 && ev == name {
+		// The name is a C string, NUL-padded.
+		ev := b[unix.SizeofInotifyEvent : unix.SizeofInotifyEvent+n]
+		if i := bytes.IndexByte(ev, 0); i >= 0 {
+			ev = ev[:i]
+		}
+		if mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0 || mask&(unix.IN_DELETE|unix.IN_MOVED_FROM) != 0 && string(ev) == name {
 			return true
 		}
 		b = b[unix.SizeofInotifyEvent+n:]
