@@ -139,36 +139,16 @@ func TestPastaPodman(t *testing.T) {
 // namespace reaches a host address, and pasta exits once the process
 // does.
 func TestPastaRootlessKit(t *testing.T) {
-	needTool(t, "unshare", "util-linux")
 	e := setupTools(t)
 	onHost := e.serveHTTP(t, hostAddr4.Addr())
-	holder := e.cmd("unshare", "-rn", "sleep", "600")
-	require.NoError(t, holder.Start())
-	// runuser runs unshare as its child, which becomes sleep once the
-	// namespaces exist: that process is RootlessKit's child here.
-	var pid int
-	defer func() {
-		if pid != 0 {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-		holder.Wait()
-	}()
-	require.Eventually(t, func() bool {
-		for _, p := range e.processes() {
-			if f := strings.Fields(p); len(f) > 1 && f[1] == "sleep" {
-				pid, _ = strconv.Atoi(f[0])
-				return true
-			}
-		}
-		return false
-	}, 10*time.Second, 20*time.Millisecond)
+	pid := e.holder(t)
 	c := e.cmd("pasta", "--stderr", "--ns-ifname=tap0", "--mtu=65520", "--config-net", "--address=10.0.2.100", "--netmask=24",
 		"--gateway=10.0.2.2", "--dns-forward=10.0.2.3", "--no-map-gw", "--ipv4-only", "--tcp-ports=none", "--udp-ports=none", strconv.Itoa(pid))
 	out, err := c.CombinedOutput() // as RootlessKit runs it
 	require.NoError(t, err, "%s", out)
 	nsenter := func(args ...string) string {
-		out, err := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(pid), "-n", "--"}, args...)...).Output()
-		require.NoError(t, err, "%q", args)
+		out, err := inNetNS(pid, args...)
+		require.NoError(t, err, "%q: %s", args, out)
 		return string(out)
 	}
 	addrs := nsenter("ip", "-o", "addr", "show", "dev", "tap0")
@@ -209,4 +189,65 @@ func exited(pid int) error {
 			return fmt.Errorf("process %d still runs", pid)
 		}
 	}
+}
+
+// TestPastaRootlessKitForeground drives ustack's pasta with RootlessKit
+// 2.0's command line: RootlessKit made tap0 (a TAP device) in its child's
+// namespace beforehand, starts pasta in the foreground without
+// --config-net, configures tap0 itself, and at the end kills pasta with
+// SIGKILL, which must take its relay along.
+func TestPastaRootlessKitForeground(t *testing.T) {
+	e := setupTools(t)
+	onHost := e.serveHTTP(t, hostAddr4.Addr())
+	pid := e.holder(t)
+	// As RootlessKit's parentutils.PrepareTap: a persistent TAP device
+	// of the user's (root of the child's user namespace is the user).
+	out, err := inNetNS(pid, "ip", "tuntap", "add", "dev", "tap0", "mode", "tap", "user", strconv.Itoa(e.uid))
+	require.NoError(t, err, "%s", out)
+	c := e.cmd("pasta", "--foreground", "--stderr", "--ns-ifname=tap0", "--mtu=65520", "--no-dhcp", "--no-ra",
+		"--address=10.0.2.100", "--netmask=24", "--gateway=10.0.2.2", "--dns-forward=10.0.2.3", "--no-map-gw", "--ipv4-only",
+		"--tcp-ports=none", "--udp-ports=none", strconv.Itoa(pid))
+	var stderr strings.Builder
+	c.Stderr = &stderr
+	require.NoError(t, c.Start())
+	waited := make(chan error, 1)
+	go func() { waited <- c.Wait() }()
+	// RootlessKit 2.0 does not wait for pasta: its child configures
+	// tap0 at once, and the first connection waits for ustack's ARP
+	// answer. Here: until the relay serves.
+	var front, relay int
+	require.Eventually(t, func() bool {
+		for _, p := range e.processes(pid) {
+			f := strings.Fields(p)
+			switch {
+			case strings.Contains(p, "pasta relay"):
+				relay, _ = strconv.Atoi(f[0])
+			case strings.Contains(p, "pasta --foreground"):
+				front, _ = strconv.Atoi(f[0])
+			}
+		}
+		return relay != 0 && front != 0
+	}, 10*time.Second, 20*time.Millisecond, "%s", &stderr)
+	for _, argv := range [][]string{
+		{"ip", "addr", "add", "10.0.2.100/24", "dev", "tap0"},
+		{"ip", "link", "set", "tap0", "mtu", "65520", "up"},
+		{"ip", "route", "add", "default", "via", "10.0.2.2", "dev", "tap0"},
+	} {
+		out, err := inNetNS(pid, argv...)
+		require.NoError(t, err, "%q: %s", argv, out)
+	}
+	n := sized(8 << 20)
+	got, err := inNetNS(pid, "busybox", "wget", "-q", "-O", "-", fmt.Sprintf("http://%s/bytes/%d", onHost, n))
+	require.NoError(t, err)
+	require.Equal(t, patternSum(n), sumOf(t, strings.NewReader(string(got))))
+	require.NoError(t, syscall.Kill(front, syscall.SIGKILL))
+	select {
+	case <-waited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("pasta did not end after SIGKILL")
+	}
+	require.NoError(t, exited(relay))
+	e.requireNoneLeft(t, "after SIGKILL", pid)
+	out, err = inNetNS(pid, "ip", "-o", "link", "show", "tap0")
+	require.NoError(t, err, "the device is RootlessKit's, and stays: %s", out)
 }
