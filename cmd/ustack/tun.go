@@ -364,7 +364,11 @@ func (r *sandboxRun) run(stdin io.Reader, stdout, stderr io.Writer) int {
 		case <-sigs:
 		case <-exitc:
 		case <-sv.failed():
-			if err := sv.err(); err != nil {
+			err := sv.err()
+			if err == nil && r.quitNetNS == "" && r.quitPID == 0 {
+				err = errors.New("the relay ended (told to stop by someone else)")
+			}
+			if err != nil {
 				return fail("%v", err)
 			}
 			// The relay ended by itself, cleanly: the namespace it
