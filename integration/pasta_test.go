@@ -42,7 +42,8 @@ func TestPastaPodman(t *testing.T) {
 	// guest address alias's target) and at an address of the wider
 	// world (here one on the host's loopback).
 	remote := netip.MustParseAddr("203.0.113.9")
-	require.NoError(t, e.ns.AddAddr("lo", netip.PrefixFrom(remote, 32)))
+	neighbour := netip.MustParseAddr("198.18.9.20") // on-link to the host, and so to the namespace
+	require.NoError(t, e.ns.AddAddr("lo", netip.PrefixFrom(remote, 32), netip.PrefixFrom(neighbour, 32)))
 	var pc net.PacketConn
 	require.NoError(t, e.ns.Do(func() error {
 		var err error
@@ -54,6 +55,7 @@ func TestPastaPodman(t *testing.T) {
 	defer dns.Close()
 	onHost := e.serveHTTP(t, hostAddr4.Addr())
 	far := e.serveHTTP(t, remote)
+	near := e.serveHTTP(t, neighbour)
 	// The container's server, behind the port forward.
 	var ln net.Listener
 	require.NoError(t, ctr.Do(func() error {
@@ -117,6 +119,11 @@ func TestPastaPodman(t *testing.T) {
 	}
 	t.Run("outbound", func(t *testing.T) {
 		require.Equal(t, patternSum(n), fetch(t, ctr, fmt.Sprintf("http://%s/bytes/%d", far, n)))
+	})
+	t.Run("an on-link neighbour of the host's", func(t *testing.T) {
+		// The namespace resolves it on eth0; ustack answers for every
+		// address (the relay's stack spoofs), as pasta does.
+		require.Equal(t, patternSum(n), fetch(t, ctr, fmt.Sprintf("http://%s/bytes/%d", near, n)))
 	})
 	t.Run("the guest address alias reaches the host", func(t *testing.T) {
 		require.Equal(t, patternSum(n), fetch(t, ctr, fmt.Sprintf("http://169.254.1.2:%d/bytes/%d", onHost.Port(), n)))
