@@ -294,10 +294,12 @@ func relayMain() int {
 	for i := range fds {
 		fds[i] = relayFilesFD + i
 	}
-	// The supervisor's end, then SIGTERM (which the supervisor sends its
-	// relay at the end, and a caller a detached relay), stop the relay.
-	// Ctrl-C and hang-ups are the supervisor's to pass on to its
-	// command, but a detached relay has none and stops on SIGINT too.
+	// The lifeline's end (the supervisor closed it, or died) stops the
+	// relay, and so does SIGTERM, which is how a caller stops a detached
+	// relay (pasta's daemon, by its PID file). Ctrl-C and hang-ups are
+	// the supervisor's to pass on to its command, but a detached relay
+	// has none and stops on SIGINT too. These goroutines are the
+	// process's: they end with it.
 	var stopOnce sync.Once
 	stop := make(chan struct{})
 	stopNow := func() { stopOnce.Do(func() { close(stop) }) }
