@@ -104,12 +104,24 @@ type Config struct {
 	// as given, so they must match what the creator configures. A zero
 	// MTU then means the device's own.
 	NoConfigure bool
-	// Addr4 and Addr6 are the sandbox's addresses; Gateway4, Gateway6,
-	// DNS4 and DNS6 ustack's, in the same prefixes. NoIPv6 leaves IPv6 off.
+	// Addr4 and Addr6 are the sandbox's addresses; Gateway4 and
+	// Gateway6 ustack's, in the same prefixes (Gateway6 may also be a
+	// link-local address, as a host's IPv6 gateway usually is). NoIPv6
+	// leaves IPv6 off.
 	Addr4, Addr6       netip.Prefix
 	Gateway4, Gateway6 netip.Addr
-	DNS4, DNS6         netip.Addr
-	NoIPv6             bool
+	// DNS4 and DNS6 are ustack's DNS addresses, where queries are
+	// relayed to DNSUpstream. They may lie outside the sandbox's prefix
+	// (pasta's --dns-forward 169.254.1.1, as Podman gives it): the
+	// sandbox reaches them through the gateway, and ustack owns them as
+	// /32 or /128. The unspecified address (0.0.0.0, ::) means none of
+	// that family: port 53 is then relayed as any other port.
+	DNS4, DNS6 netip.Addr
+	NoIPv6     bool
+	// NoRA turns a TAP sandbox's router advertisements off: its IPv6 is
+	// then only what New configures (pasta sends none when it configures
+	// the namespace itself, or with --no-ra).
+	NoRA bool
 	// MTU of the device (of the IP packets it carries); NoOffload turns
 	// its virtio-net offloads off.
 	MTU       uint32
@@ -146,9 +158,33 @@ type Config struct {
 	// own; the host's file is untouched.
 	ResolvConf bool
 
-	// AllowHostLoopback maps the gateway addresses to the host's loopback
-	// (127.0.0.1 and ::1); without it they refuse every flow.
+	// AllowHostLoopback maps the HostLoopback addresses (the gateways by
+	// default) to the host's loopback (127.0.0.1 and ::1); without it
+	// they refuse every flow.
 	AllowHostLoopback bool
+	// HostLoopback4 and HostLoopback6 are the addresses that stand for
+	// the host's loopback (see AllowHostLoopback): zero means the
+	// gateway's, as slirp4netns and pasta have it. The unspecified
+	// address (0.0.0.0, ::) means none: the gateway is then relayed as
+	// any other destination, which suits a gateway that is the host's
+	// real one (pasta's --no-map-gw, its gateway copied from the host).
+	// An address other than the gateway's is ustack's too, as DNS4 is.
+	HostLoopback4, HostLoopback6 netip.Addr
+	// MapGuestAddr4 and MapGuestAddr6, if valid, are addresses whose TCP
+	// connections go to the sandbox's own address (Addr4, Addr6) on the
+	// host, as pasta's --map-guest-addr maps them: where the sandbox has
+	// the host's address, that is how it reaches the host by its address
+	// (Podman's host.containers.internal, 169.254.1.2). ustack owns them
+	// as it owns DNS4. UDP and pings to them are not mapped: they go
+	// where they are addressed, like any destination (a link-local one
+	// is refused as reserved).
+	MapGuestAddr4, MapGuestAddr6 netip.Addr
+	// OutboundAddr4 and OutboundAddr6, if valid, are the host addresses
+	// the relay's TCP connections leave from, each connection bound to
+	// the one of its destination's family (slirp4netns's --outbound-addr
+	// and --outbound-addr6, pasta's -o); invalid: routing picks. The
+	// relay's UDP sockets and pings are not bound to them.
+	OutboundAddr4, OutboundAddr6 netip.Addr
 	// Allow, if not empty, is the set of destinations the sandbox may
 	// reach; Deny is refused even if Allow covers it.
 	Allow, Deny []netip.Prefix
@@ -270,6 +306,8 @@ func (c Config) normalize() (Config, error) {
 	setAddr(&c.Gateway6, DefaultGateway6)
 	setAddr(&c.DNS4, DefaultDNS4)
 	setAddr(&c.DNS6, DefaultDNS6)
+	setAddr(&c.HostLoopback4, c.Gateway4)
+	setAddr(&c.HostLoopback6, c.Gateway6)
 	if c.Device == "" {
 		c.Device = DefaultDevice
 		if c.TAP {
@@ -323,27 +361,23 @@ func (c Config) normalize() (Config, error) {
 		}
 	}
 	check6 := func(what string, a netip.Addr) {
-		if !a.Is6() || a.Is4In6() || !c.Addr6.Contains(a) || a == c.Addr6.Addr() {
-			errs = append(errs, fmt.Errorf("sandbox: %s %v: must be an IPv6 address in %v other than the sandbox's", what, a, c.Addr6.Masked()))
+		if !a.Is6() || a.Is4In6() || !(c.Addr6.Contains(a) || a.IsLinkLocalUnicast()) || a == c.Addr6.Addr() {
+			errs = append(errs, fmt.Errorf("sandbox: %s %v: must be an IPv6 address in %v, or a link-local one, other than the sandbox's", what, a, c.Addr6.Masked()))
 		}
 	}
 	if !c.Addr4.Addr().Is4() {
 		errs = append(errs, fmt.Errorf("sandbox: address %v: want an IPv4 CIDR such as %v", c.Addr4, DefaultAddr4))
 	} else {
 		check4("gateway", c.Gateway4)
-		check4("DNS address", c.DNS4)
 	}
 	if !c.NoIPv6 {
 		if !c.Addr6.Addr().Is6() || c.Addr6.Addr().Is4In6() {
 			errs = append(errs, fmt.Errorf("sandbox: IPv6 address %v: want an IPv6 CIDR such as %v", c.Addr6, DefaultAddr6))
 		} else {
 			check6("IPv6 gateway", c.Gateway6)
-			check6("IPv6 DNS address", c.DNS6)
 		}
 	}
-	if c.Gateway4 == c.DNS4 || (!c.NoIPv6 && c.Gateway6 == c.DNS6) {
-		errs = append(errs, errors.New("sandbox: the gateway and the DNS address must differ"))
-	}
+	errs = append(errs, c.checkExtra()...)
 	if len(c.MAC) > 0 {
 		switch {
 		case !c.TAP:
@@ -373,6 +407,15 @@ func (c Config) normalize() (Config, error) {
 	}
 	if c.UDPIdleTimeout < 0 || c.ConnectTimeout < 0 {
 		errs = append(errs, errors.New("sandbox: timeouts must be positive"))
+	}
+	if a := c.OutboundAddr4; a.IsValid() && (!a.Is4() || a.IsUnspecified() || a.IsMulticast()) {
+		errs = append(errs, fmt.Errorf("sandbox: outbound address %v: want an IPv4 address of the host", a))
+	}
+	if a := c.OutboundAddr6; a.IsValid() && (!a.Is6() || a.Is4In6() || a.IsUnspecified() || a.IsMulticast()) {
+		errs = append(errs, fmt.Errorf("sandbox: IPv6 outbound address %v: want an IPv6 address of the host", a))
+	}
+	if c.Proxy != "" && (c.OutboundAddr4.IsValid() || c.OutboundAddr6.IsValid()) {
+		errs = append(errs, errors.New("sandbox: outbound addresses bind the relay's host sockets, and with a proxy it opens none of its own: leave OutboundAddr4 and OutboundAddr6 unset, or the proxy"))
 	}
 	if c.Proxy != "" {
 		if _, err := parseProxy(c.Proxy, nil); err != nil {
@@ -428,4 +471,99 @@ func checkDevice(name string) error {
 		return fmt.Errorf("sandbox: device name %q: want 1 to 15 characters, without '/', ':' or spaces, such as %q", name, DefaultDevice)
 	}
 	return nil
+}
+
+// extraAddr is one of the sandbox's addresses besides its gateways, as
+// checkExtra and owned see them.
+type extraAddr struct {
+	what string
+	a    netip.Addr
+	v6   bool
+	// loopback: a host loopback address, which is a gateway by default;
+	// the unspecified address stands for none (as for DNS).
+	loopback, none bool
+}
+
+// extraAddrs are the addresses ustack owns in the sandbox besides the
+// gateways, those of IPv6 only with it on: DNS, the host's loopback's
+// aliases (the gateways, unless set otherwise) and the guest address
+// aliases.
+func (c *Config) extraAddrs() []extraAddr {
+	x := []extraAddr{
+		{what: "DNS address", a: c.DNS4, none: true},
+		{what: "host loopback address", a: c.HostLoopback4, loopback: true, none: true},
+		{what: "guest address alias", a: c.MapGuestAddr4},
+	}
+	if !c.NoIPv6 {
+		x = append(x,
+			extraAddr{what: "IPv6 DNS address", a: c.DNS6, v6: true, none: true},
+			extraAddr{what: "IPv6 host loopback address", a: c.HostLoopback6, v6: true, loopback: true, none: true},
+			extraAddr{what: "IPv6 guest address alias", a: c.MapGuestAddr6, v6: true})
+	}
+	return x
+}
+
+// checkExtra checks extraAddrs: each of its family, usable as a host
+// address (not loopback, multicast or broadcast), not the sandbox's
+// address, and none the same as another or as a gateway, but for a host
+// loopback address (which is the gateway by default).
+func (c *Config) checkExtra() []error {
+	var errs []error
+	seen := map[netip.Addr]string{c.Gateway4: "gateway", c.Gateway6: "IPv6 gateway"}
+	for _, x := range c.extraAddrs() {
+		if !x.a.IsValid() || x.none && x.a.IsUnspecified() {
+			continue
+		}
+		if x.a.Is6() != x.v6 || x.a.Is4In6() || x.a.IsUnspecified() || x.a.IsLoopback() || x.a.IsMulticast() ||
+			x.a == netip.AddrFrom4([4]byte{255, 255, 255, 255}) || x.a == c.Addr4.Addr() || x.a == c.Addr6.Addr() {
+			family, hint := "IPv4", ", or 0.0.0.0 for none"
+			if x.v6 {
+				family, hint = "IPv6", ", or :: for none"
+			}
+			if !x.none {
+				hint = ""
+			}
+			errs = append(errs, fmt.Errorf("sandbox: %s %v: want an %s host address other than the sandbox's%s", x.what, x.a, family, hint))
+			continue
+		}
+		if x.loopback && (x.a == c.Gateway4 || x.a == c.Gateway6) {
+			continue
+		}
+		if other, dup := seen[x.a]; dup {
+			errs = append(errs, fmt.Errorf("sandbox: the %s and the %s are both %v: they must differ", other, x.what, x.a))
+			continue
+		}
+		seen[x.a] = x.what
+	}
+	return errs
+}
+
+// owned are the sandbox's addresses ustack owns, each with the
+// sandbox's prefix length where it lies in the prefix, as a host route
+// (/32, /128) where it does not (a DNS address such as 169.254.1.1, a
+// link-local IPv6 gateway). The gateway comes first: it is the primary
+// address, the source of port-forwarded connections.
+func (c *Config) owned() []netip.Prefix {
+	own := func(a netip.Addr) netip.Prefix {
+		p := c.Addr4
+		if a.Is6() {
+			p = c.Addr6
+		}
+		if p.Contains(a) {
+			return netip.PrefixFrom(a, p.Bits())
+		}
+		return netip.PrefixFrom(a, a.BitLen())
+	}
+	out := []netip.Prefix{own(c.Gateway4)}
+	if !c.NoIPv6 {
+		out = append(out, own(c.Gateway6))
+	}
+	seen := map[netip.Addr]bool{c.Gateway4: true, c.Gateway6: true}
+	for _, x := range c.extraAddrs() {
+		if x.a.IsValid() && !x.a.IsUnspecified() && !seen[x.a] {
+			seen[x.a] = true
+			out = append(out, own(x.a))
+		}
+	}
+	return out
 }

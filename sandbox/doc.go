@@ -15,6 +15,15 @@
 // until it has been idle for UDPIdleTimeout. Port forwards carry host
 // connections into the sandbox.
 //
+// The layouts of the programs rootless container tools start fit in the
+// same Config: slirp4netns's (10.0.2.0/24, a TAP device, the device
+// created or attached to as its creator left it with NoConfigure, router
+// advertisements for SLAAC) and pasta's (the host's own addressing, a
+// link-local IPv6 gateway, DNS at an address outside the prefix or none,
+// the gateway relayed as the host's real one rather than standing for its
+// loopback, guest address aliases that reach the host's own address,
+// outbound addresses).
+//
 // An embedder calls sandbox.Init first thing in main: a sandboxed command
 // with Config.ResolvConf is started through this program re-executed as a
 // helper, which Init turns into the command (and which otherwise returns

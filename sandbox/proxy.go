@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/proxy"
@@ -65,12 +66,9 @@ var (
 
 // dialer is what the relay dials flows with: host sockets, or the proxy
 // of c.Proxy, the sockets bound to c.Interface and marked with c.Mark
-// either way.
+// either way, and TCP's bound to the outbound addresses.
 func dialer(c *Config) (proxy.ContextDialer, error) {
-	host := &net.Dialer{Timeout: c.ConnectTimeout}
-	if c.Interface != "" || c.Mark != 0 {
-		host.Control = socketControl(c.Interface, c.Mark)
-	}
+	host := &net.Dialer{Timeout: c.ConnectTimeout, Control: chainControls(socketControl(c.Interface, c.Mark), outboundControl(c.OutboundAddr4, c.OutboundAddr6))}
 	if c.Proxy == "" {
 		return host, nil
 	}
@@ -83,4 +81,26 @@ func dialer(c *Config) (proxy.ContextDialer, error) {
 		return &proxyUDPDirect{proxyDialer: pd, lc: net.ListenConfig{Control: host.Control}}, nil
 	}
 	return pd, nil
+}
+
+// chainControls runs each of controls (nil ones skipped) on a socket, in
+// order, and stops at the first error; nil if none is left.
+func chainControls(controls ...func(network, address string, c syscall.RawConn) error) func(network, address string, c syscall.RawConn) error {
+	var fs []func(network, address string, c syscall.RawConn) error
+	for _, f := range controls {
+		if f != nil {
+			fs = append(fs, f)
+		}
+	}
+	if len(fs) == 0 {
+		return nil
+	}
+	return func(network, address string, c syscall.RawConn) error {
+		for _, f := range fs {
+			if err := f(network, address, c); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }

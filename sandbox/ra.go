@@ -20,7 +20,7 @@ import (
 // (NoConfigure) sets only IPv4. gVisor answers neighbour solicitations for
 // the stack's addresses but sends no advertisements of its own, and drops
 // router solicitations on a host that does not route, so the sandbox
-// watches for them itself (raLink).
+// watches for them itself (tapLink).
 const (
 	// raInterval is how often an unsolicited advertisement goes out:
 	// between the RFC's MinRtrAdvInterval and MaxRtrAdvInterval

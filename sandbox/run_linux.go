@@ -34,15 +34,18 @@ func (n *Namespace) Run(cmd *exec.Cmd, started func(*os.Process)) error {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	if n.cfg.ResolvConf && !n.cfg.NoDNS {
+	if n.cfg.ResolvConf && !n.cfg.NoDNS && !(n.cfg.DNS4.IsUnspecified() && (n.cfg.NoIPv6 || n.cfg.DNS6.IsUnspecified())) {
 		f, err := os.CreateTemp("", "ustack-resolv-*.conf")
 		if err != nil {
 			return fmt.Errorf("sandbox: write the sandbox's resolv.conf: %w", err)
 		}
 		defer os.Remove(f.Name())
 		var b strings.Builder
-		fmt.Fprintf(&b, "# written by ustack tun: queries go to ustack, which relays them to the host's resolver\nnameserver %v\n", n.cfg.DNS4)
-		if !n.cfg.NoIPv6 {
+		fmt.Fprintf(&b, "# written by ustack tun: queries go to ustack, which relays them to the host's resolver\n")
+		if !n.cfg.DNS4.IsUnspecified() {
+			fmt.Fprintf(&b, "nameserver %v\n", n.cfg.DNS4)
+		}
+		if !n.cfg.NoIPv6 && !n.cfg.DNS6.IsUnspecified() {
 			fmt.Fprintf(&b, "nameserver %v\n", n.cfg.DNS6)
 		}
 		if _, err := f.WriteString(b.String()); err != nil {

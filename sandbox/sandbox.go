@@ -41,6 +41,7 @@ type Sandbox struct {
 	// capture is Config.Capture's (nil: none).
 	adv     atomic.Pointer[advertiser]
 	capture *pcap.Endpoint
+	tap     *tapLink // a TAP sandbox's NIC link (nil for TUN)
 	// warnings say what the sandbox cannot do here (Warnings).
 	warnings []string
 
@@ -165,14 +166,22 @@ func (s *Sandbox) buildStack() error {
 		return fmt.Errorf("sandbox: %w", err)
 	}
 	s.nic = id
-	// The gateway first: it is the primary address, the source of
-	// port-forwarded connections.
-	addrs := []netip.Prefix{netip.PrefixFrom(c.Gateway4, c.Addr4.Bits()), netip.PrefixFrom(c.DNS4, c.Addr4.Bits())}
-	if !c.NoIPv6 {
-		addrs = append(addrs, netip.PrefixFrom(c.Gateway6, c.Addr6.Bits()), netip.PrefixFrom(c.DNS6, c.Addr6.Bits()))
+	if s.tap != nil {
+		s.tap.nic.Store(&nicRef{st: st.GVisor(), id: id})
 	}
-	for _, a := range addrs {
+	for _, a := range c.owned() {
 		if err := st.AddAddress(id, a); err != nil {
+			return fmt.Errorf("sandbox: %w", err)
+		}
+	}
+	// The sandbox's prefixes are on-link, whatever ustack's addresses
+	// in them (a link-local IPv6 gateway gives no route to Addr6's).
+	onLink := []netip.Prefix{c.Addr4.Masked()}
+	if !c.NoIPv6 {
+		onLink = append(onLink, c.Addr6.Masked())
+	}
+	for _, p := range onLink {
+		if err := st.AddRoute(p, netip.Addr{}, id); err != nil {
 			return fmt.Errorf("sandbox: %w", err)
 		}
 	}
@@ -183,7 +192,7 @@ func (s *Sandbox) buildStack() error {
 	if err != nil {
 		return err
 	}
-	relay := forward.Relay(d, policy(c, s.dns))
+	relay := withGuestAliases(forward.Relay(d, policy(c, s.dns)), d, c)
 	s.fw, err = forward.New(st, relay, &c.Options)
 	if err != nil {
 		return fmt.Errorf("sandbox: %w", err)

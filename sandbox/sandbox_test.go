@@ -103,10 +103,21 @@ func TestCheck(t *testing.T) {
 		{"proxy scheme", Config{Proxy: "socks4://127.0.0.1:1080"}, `scheme "socks4" not supported`},
 		{"proxy port", Config{Proxy: "socks5://127.0.0.1"}, "want HOST:PORT"},
 		{"proxy forms", Config{Proxy: "ftp://h:1"}, ProxyForms},
+		{"dns is sandbox", Config{DNS4: DefaultAddr4.Addr()}, "DNS address 198.18.0.100: want an IPv4 host address other than the sandbox's, or 0.0.0.0 for none"},
+		{"dns v6 in v4", Config{DNS4: DefaultDNS6}, "DNS address fd00:198:18::3: want an IPv4 host address"},
+		{"dns loopback", Config{DNS6: netip.MustParseAddr("::1")}, "IPv6 DNS address ::1: want an IPv6 host address other than the sandbox's, or :: for none"},
+		{"dns is gateway", Config{DNS4: DefaultGateway4}, "the gateway and the DNS address are both 198.18.0.1: they must differ"},
+		{"alias is dns", Config{MapGuestAddr4: DefaultDNS4}, "the DNS address and the guest address alias are both 198.18.0.3"},
+		{"alias unspecified", Config{MapGuestAddr4: netip.IPv4Unspecified()}, "guest address alias 0.0.0.0: want an IPv4 host address other than the sandbox's\n"},
+		{"loopback alias multicast", Config{HostLoopback6: netip.MustParseAddr("ff02::1")}, "IPv6 host loopback address ff02::1"},
+		{"v6 gateway global outside", Config{Gateway6: netip.MustParseAddr("2001:db8::1")}, "IPv6 gateway 2001:db8::1: must be an IPv6 address in fd00:198:18::/64, or a link-local one"},
+		{"outbound family", Config{OutboundAddr4: netip.MustParseAddr("::1")}, "outbound address ::1: want an IPv4 address of the host"},
+		{"outbound6 family", Config{OutboundAddr6: netip.MustParseAddr("127.0.0.1")}, "IPv6 outbound address 127.0.0.1"},
+		{"outbound with proxy", Config{Proxy: "socks5://127.0.0.1:1080", OutboundAddr4: netip.MustParseAddr("127.0.0.1")}, "leave OutboundAddr4 and OutboundAddr6 unset, or the proxy"},
 	} {
 		err := tc.cfg.Check()
 		require.Error(t, err, tc.name)
-		require.Contains(t, err.Error(), tc.msg, tc.name)
+		require.Contains(t, err.Error()+"\n", tc.msg, tc.name)
 	}
 	// A bad proxy URL's message never carries its password.
 	err := Config{Proxy: "socks5://bob:s3cret@h:x"}.Check()
@@ -137,4 +148,61 @@ func TestDialer(t *testing.T) {
 	require.NoError(t, err)
 	_, carries = d.(forward.PacketListener)
 	require.True(t, carries, "ProxyUDPDirect carries UDP on host sockets")
+}
+
+// TestAddresses: what a sandbox owns and what its relay maps, for
+// slirp4netns's layout, pasta's (the host's addressing copied, DNS at a
+// link-local address outside the prefix, the gateway the host's real
+// one), and the loopback mapped to an address of its own.
+func TestAddresses(t *testing.T) {
+	a, p := netip.MustParseAddr, netip.MustParsePrefix
+	up := [2]netip.AddrPort{netip.MustParseAddrPort("192.0.2.53:53"), netip.MustParseAddrPort("[2001:db8::53]:53")}
+	for _, tc := range []struct {
+		name         string
+		cfg          Config
+		owned        []netip.Prefix
+		loopback     []netip.Addr
+		dns          []forward.DNSRelay
+		guestAliases int
+	}{
+		{
+			name:     "slirp4netns",
+			cfg:      Config{Addr4: p("10.0.2.100/24"), Gateway4: a("10.0.2.2"), DNS4: a("10.0.2.3"), NoIPv6: true},
+			owned:    []netip.Prefix{p("10.0.2.2/24"), p("10.0.2.3/24")},
+			loopback: []netip.Addr{a("10.0.2.2")},
+			dns:      []forward.DNSRelay{{Addr: a("10.0.2.3"), Upstream: up[0]}},
+		},
+		{
+			name: "pasta, Podman's",
+			cfg: Config{
+				Addr4: p("192.0.2.50/24"), Gateway4: a("192.0.2.1"), DNS4: a("169.254.1.1"), HostLoopback4: netip.IPv4Unspecified(), MapGuestAddr4: a("169.254.1.2"),
+				Addr6: p("2001:db8::50/64"), Gateway6: a("fe80::1"), DNS6: netip.IPv6Unspecified(), HostLoopback6: netip.IPv6Unspecified(),
+			},
+			owned:        []netip.Prefix{p("192.0.2.1/24"), p("fe80::1/128"), p("169.254.1.1/32"), p("169.254.1.2/32")},
+			dns:          []forward.DNSRelay{{Addr: a("169.254.1.1"), Upstream: up[0]}},
+			guestAliases: 1,
+		},
+		{
+			name:     "pasta --map-host-loopback",
+			cfg:      Config{Addr4: p("192.0.2.50/24"), Gateway4: a("192.0.2.1"), DNS4: netip.IPv4Unspecified(), HostLoopback4: a("192.0.2.9"), NoIPv6: true},
+			owned:    []netip.Prefix{p("192.0.2.1/24"), p("192.0.2.9/24")},
+			loopback: []netip.Addr{a("192.0.2.9")},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := tc.cfg.normalize()
+			require.NoError(t, err)
+			require.Equal(t, tc.owned, c.owned())
+			pol := policy(&c, up)
+			require.Equal(t, tc.loopback, pol.HostLoopback)
+			require.Equal(t, tc.dns, pol.DNS)
+			h := withGuestAliases(forward.Relay(&net.Dialer{}, pol), &net.Dialer{}, &c)
+			g, aliased := h.(*guestAliases)
+			require.Equal(t, tc.guestAliases > 0, aliased)
+			if aliased {
+				require.Len(t, g.to, tc.guestAliases)
+				require.Equal(t, c.Addr4.Addr(), g.to[c.MapGuestAddr4])
+			}
+		})
+	}
 }

@@ -12,8 +12,11 @@ import (
 // binds each socket to the interface dev (SO_BINDTODEVICE, which a socket
 // not yet bound to one takes without privilege since Linux 5.7) and marks
 // it (SO_MARK, which takes CAP_NET_ADMIN or, since Linux 5.17,
-// CAP_NET_RAW): Config.Interface and Config.Mark.
+// CAP_NET_RAW): Config.Interface and Config.Mark. nil without either.
 func socketControl(dev string, mark uint32) func(network, address string, c syscall.RawConn) error {
+	if dev == "" && mark == 0 {
+		return nil
+	}
 	return func(network, address string, c syscall.RawConn) error {
 		var serr error
 		err := c.Control(func(fd uintptr) {

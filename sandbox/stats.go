@@ -35,14 +35,20 @@ func (s *Sandbox) Stats() Stats {
 }
 
 // policy is the relay's policy for the sandbox's configuration: the
-// gateways stand for the host's loopback, the DNS addresses relay to
-// upstreams (or refuse, with the DNS relay off).
+// host loopback addresses (the gateways by default) stand for the host's
+// loopback, the DNS addresses relay to upstreams (or refuse, with the
+// DNS relay off); an unspecified one of either is none.
 func policy(c *Config, dns [2]netip.AddrPort) *forward.Policy {
-	return &forward.Policy{
-		Allow:             c.Allow,
-		Deny:              c.Deny,
-		HostLoopback:      []netip.Addr{c.Gateway4, c.Gateway6},
-		AllowHostLoopback: c.AllowHostLoopback,
-		DNS:               []forward.DNSRelay{{Addr: c.DNS4, Upstream: dns[0]}, {Addr: c.DNS6, Upstream: dns[1]}},
+	p := &forward.Policy{Allow: c.Allow, Deny: c.Deny, AllowHostLoopback: c.AllowHostLoopback}
+	for _, a := range []netip.Addr{c.HostLoopback4, c.HostLoopback6} {
+		if a.IsValid() && !a.IsUnspecified() && !(a.Is6() && c.NoIPv6) {
+			p.HostLoopback = append(p.HostLoopback, a)
+		}
 	}
+	for i, a := range []netip.Addr{c.DNS4, c.DNS6} {
+		if a.IsValid() && !a.IsUnspecified() && !(a.Is6() && c.NoIPv6) {
+			p.DNS = append(p.DNS, forward.DNSRelay{Addr: a, Upstream: dns[i]})
+		}
+	}
+	return p
 }

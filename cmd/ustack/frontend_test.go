@@ -215,9 +215,11 @@ func TestDispatchByName(t *testing.T) {
 		{[]string{"ustack", "pasta", "-t", "99999"}, 1, "", "Invalid port specifier 99999"},
 		{[]string{"ustack", "help", "pasta"}, 0, "Usage: ustack pasta", ""},
 		{[]string{"ustack", "help", "slirp4netns"}, 0, "Usage: ustack slirp4netns", ""},
-		// A command line the front end accepts is not run yet.
-		{[]string{"/usr/bin/slirp4netns", "-c", "1234", "tap0"}, 1, "", "/usr/bin/slirp4netns: command line accepted, but this ustack does not run its slirp4netns and pasta front ends yet: use ustack tun"},
-		{[]string{"ustack", "pasta", "--netns", "x"}, 1, "", "ustack pasta: command line accepted, but this ustack does not run its slirp4netns and pasta front ends yet: use ustack tun"},
+		// A command line the front end accepts is run: here, on a
+		// namespace that does not exist (no PID reaches 2^31-1), which
+		// fails before anything is made.
+		{[]string{"/usr/bin/slirp4netns", "-c", "2147483647", "tap0"}, 1, "", "/usr/bin/slirp4netns: sandbox: open network namespace /proc/2147483647/ns/net: no such file or directory (give /var/run/netns/NAME or /proc/PID/ns/net)"},
+		{[]string{"ustack", "pasta", "--config-net", "-a", "192.0.2.2", "-g", "192.0.2.1", "-I", "tap0", "-t", "none", "-u", "none", "-T", "none", "-U", "none", "--netns", "/nonexistent/ustack-test"}, 1, "", "ustack pasta: sandbox: open network namespace /nonexistent/ustack-test: no such file or directory (give /var/run/netns/NAME or /proc/PID/ns/net)"},
 		// Another name is ustack itself.
 		{[]string{"/opt/ustack", "help"}, 0, "ustack: a userspace TCP/UDP/IP stack", ""},
 	} {

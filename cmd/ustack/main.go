@@ -30,9 +30,10 @@ Usage:
                          ustack, relaying its flows to host sockets
   ustack slirp4netns [OPTION]... PID|PATH [TAPNAME]
   ustack pasta [OPTION]... [PID | --netns PATH | COMMAND [ARGS...]]
-                         slirp4netns's and pasta's command lines (also
-                         when ustack is started under either name); for
-                         now they only check it, print help and version
+                         serve a namespace on slirp4netns's or pasta's
+                         command line, as rootless container tools start
+                         them (also when ustack is started under either
+                         name)
   ustack help [command]  show help
 
 Run 'ustack bench -h', 'ustack serve -h', 'ustack tun -h',
@@ -60,25 +61,12 @@ func dispatch(argv []string, stdout, stderr io.Writer) int {
 	if len(argv) > 0 {
 		switch filepath.Base(argv[0]) {
 		case "slirp4netns":
-			return frontEndMain(slirp4netnsSettle, argv, stdout, stderr)
+			return slirp4netnsMain(argv, stdout, stderr)
 		case "pasta":
-			return frontEndMain(pastaSettle, argv, stdout, stderr)
+			return pastaMain(argv, stdout, stderr)
 		}
 	}
 	return run(argv[1:], stdout, stderr)
-}
-
-// frontEndMain runs a front end on argv (argv[0] is the name its
-// messages start with). Its help, its version and its refusals are
-// printed as the original prints them; a command line it accepts is
-// refused too, because mapping it onto sandbox.Config and running it is
-// not part of this command yet.
-func frontEndMain(settle func(argv []string, stdout, stderr io.Writer) (int, bool), argv []string, stdout, stderr io.Writer) int {
-	if status, settled := settle(argv, stdout, stderr); settled {
-		return status
-	}
-	fmt.Fprintf(stderr, "%s: command line accepted, but this ustack does not run its slirp4netns and pasta front ends yet: use ustack tun\n", argv[0])
-	return frontEndStatus
 }
 
 // run is main with its streams and exit status made explicit for tests.
@@ -96,9 +84,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "tun":
 		return tunMain(args[1:], os.Stdin, stdout, stderr)
 	case "slirp4netns":
-		return frontEndMain(slirp4netnsSettle, append([]string{"ustack slirp4netns"}, args[1:]...), stdout, stderr)
+		return slirp4netnsMain(append([]string{"ustack slirp4netns"}, args[1:]...), stdout, stderr)
 	case "pasta":
-		return frontEndMain(pastaSettle, append([]string{"ustack pasta"}, args[1:]...), stdout, stderr)
+		return pastaMain(append([]string{"ustack pasta"}, args[1:]...), stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 && args[1] == "bench" {
 			return benchMain([]string{"-h"}, stdout, stderr)

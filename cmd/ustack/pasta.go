@@ -19,8 +19,8 @@ package main
 //     sources);
 //   - with a sentence saying why (exit status 1): -l/--log-file and
 //     --log-size (ustack logs to standard error), --runas, -F/--fd,
-//     -M/--mac-addr and --ns-mac-addr (ustack's device has no link
-//     layer to address), --dhcp-dns and --dhcp-search (ustack runs no
+//     -M/--mac-addr (ustack's side of the TAP device has a random
+//     locally administered MAC address), --dhcp-dns and --dhcp-search (ustack runs no
 //     DHCP, DHCPv6 or NDP server: the namespace is configured
 //     directly), -s/--socket/--socket-path and --print-capabilities
 //     (passt's, meaningless for pasta), and an MTU outside 1280..65520
@@ -31,13 +31,15 @@ package main
 // Everything else is parsed into pastaOptions, port specifications into
 // portForwards: what ustack cannot do of those (auto forwarding,
 // forwarding from the namespace to the host with -T and -U, interface
-// bindings) is for the step that maps the options onto sandbox.Config
-// to refuse, with the option named.
+// bindings, and the rest pastaOptions.refused lists) the step that maps
+// the options onto sandbox.Config (pasta_run.go) refuses, with the
+// option named.
 
 import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -203,11 +205,16 @@ type pastaOptions struct {
 	// NoTCP, NoUDP and NoICMP turn off a protocol: its traffic from the
 	// namespace is dropped and nothing of it is forwarded.
 	NoTCP, NoUDP, NoICMP bool
-	// NoDHCP, NoNDP, NoDHCPv6, NoRA and NoSplice turn off pasta's DHCP,
-	// NDP, DHCPv6 and router advertisement servers and its socket
-	// splicing of local traffic. ustack has none of them, so they always
-	// hold; recorded as given.
+	// NoDHCP, NoNDP, NoDHCPv6 and NoSplice turn off pasta's DHCP, NDP
+	// and DHCPv6 servers and its socket splicing of local traffic. ustack
+	// has none of them, so they always hold; recorded as given. NoRA
+	// turns off router advertisements, which ustack sends on its TAP
+	// device as pasta does (but with --config-net, which configures
+	// IPv6 itself).
 	NoDHCP, NoNDP, NoDHCPv6, NoRA, NoSplice bool
+	// NSMAC (--ns-mac-addr) is the MAC address of the namespace's
+	// interface, set with ConfigNet; nil leaves the kernel's.
+	NSMAC net.HardwareAddr
 	// FreeBind (--freebind): -t and -u may bind addresses the host does
 	// not have (IP_FREEBIND).
 	FreeBind bool
@@ -381,8 +388,7 @@ var pastaRefusals = map[int]string{
 	pastaLogSize:           "--log-size: ustack logs to standard error only: drop the option",
 	pastaRunAs:             "--runas: ustack does not change its user: start it as the user it should run as",
 	'F':                    "--fd: ustack does not take a pre-opened tap descriptor: give a PID, --netns or a command",
-	'M':                    "--mac-addr: ustack's interface in the namespace has no link layer, so there is no MAC address to set",
-	pastaNSMACAddr:         "--ns-mac-addr: ustack's interface in the namespace has no link layer, so there is no MAC address to set",
+	'M':                    "--mac-addr: ustack's side of the namespace's TAP device has a random locally administered MAC address: drop the option",
 	pastaDHCPDNS:           "--dhcp-dns: ustack runs no DHCP, DHCPv6 or NDP server: configure the namespace's resolvers directly",
 	pastaDHCPSearch:        "--dhcp-search: ustack runs no DHCP, DHCPv6 or NDP server: configure the namespace's search domains directly",
 	's':                    "--socket: a passt option (its UNIX domain socket for a virtual machine), not pasta's",
@@ -608,6 +614,12 @@ func (o *pastaOptions) set(opt parsedOpt) error {
 		o.NoCopyRoutes = true
 	case pastaNoCopyAddrs:
 		o.NoCopyAddrs = true
+	case pastaNSMACAddr:
+		mac, err := net.ParseMAC(arg)
+		if err != nil || len(mac) != 6 {
+			return pastaErr("Invalid MAC address: %s", arg)
+		}
+		o.NSMAC = mac
 	case pastaDNSForward:
 		a, ok := parseInetPton(arg)
 		switch {
@@ -1069,6 +1081,9 @@ func (o *pastaOptions) args() []string {
 		}
 	}
 	addFlag(pastaConfigNet, o.ConfigNet)
+	if o.NSMAC != nil {
+		add(pastaNSMACAddr, o.NSMAC.String())
+	}
 	addFlag(pastaNoCopyRoutes, o.NoCopyRoutes)
 	addFlag(pastaNoCopyAddrs, o.NoCopyAddrs)
 	addFlag(pastaNoNetNSQuit, o.NoNetNSQuit)
@@ -1135,7 +1150,8 @@ default a login shell) runs in new user and network namespaces.
       --no-dhcp            no DHCP server (ustack has none)
       --no-ndp             no NDP responses (ustack has none)
       --no-dhcpv6          no DHCPv6 server (ustack has none)
-      --no-ra              no router advertisements (ustack sends none)
+      --no-ra              no router advertisements (none with
+                           --config-net either)
       --no-splice          no socket splicing (ustack does none)
       --freebind           -t and -u may bind addresses the host lacks
       --no-map-gw          the gateway does not lead to the host's loopback
@@ -1159,6 +1175,7 @@ default a login shell) runs in new user and network namespaces.
       --netns-only         join the network namespace only
       --no-netns-quit      keep serving when the namespace goes away
       --config-net         configure the interface in the namespace
+      --ns-mac-addr MAC    with --config-net: the interface's MAC address
       --no-copy-routes     with --config-net: the default route only
       --no-copy-addrs      with --config-net: one address only
 `, prog, pastaDefaultMTU, tun.MinMTU, tun.MaxMTU)
@@ -1175,9 +1192,16 @@ func writePastaVersion(w io.Writer) {
 // pastaFrontEnd prints pasta's help and version.
 var pastaFrontEnd = &frontEnd{name: "pasta", help: writePastaHelp, version: writePastaVersion}
 
-// pastaSettle does what a pasta command line settles by itself
-// (frontEnd.settle).
-func pastaSettle(argv []string, stdout, stderr io.Writer) (int, bool) {
+// pastaParse parses argv and does what the command line settles by
+// itself (frontEnd.settle).
+func pastaParse(argv []string, stdout, stderr io.Writer) (o pastaOptions, status int, settled bool) {
 	o, err := parsePasta(argv)
-	return pastaFrontEnd.settle(argv, stdout, stderr, o.Help, o.Version, err)
+	status, settled = pastaFrontEnd.settle(argv, stdout, stderr, o.Help, o.Version, err)
+	return o, status, settled
+}
+
+// pastaSettle is pastaParse less the options.
+func pastaSettle(argv []string, stdout, stderr io.Writer) (int, bool) {
+	_, status, settled := pastaParse(argv, stdout, stderr)
+	return status, settled
 }

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"errors"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ustack-dev/ustack/sandbox"
 )
 
 // pastaWant is the parse of `pasta --netns /run/netns/x` changed by mod.
@@ -97,6 +101,9 @@ func TestPastaAcceptsEveryOptionInEveryForm(t *testing.T) {
 			o.NoDHCP, o.NoNDP, o.NoDHCPv6, o.NoRA, o.NoSplice = true, true, true, true, true
 		})},
 		{"--no-dhcp exact beats --no-dhcpv6", a("--no-dhcp"), pastaWant(func(o *pastaOptions) { o.NoDHCP = true })},
+		{"--ns-mac-addr", a("--config-net --ns-mac-addr 02:00:00:00:00:07"), pastaWant(func(o *pastaOptions) {
+			o.ConfigNet, o.NSMAC = true, net.HardwareAddr{2, 0, 0, 0, 0, 7}
+		})},
 		{"--freebind", a("--freebind"), pastaWant(func(o *pastaOptions) { o.FreeBind = true })},
 		{"--no-map-gw", a("--no-map-gw"), pastaWant(func(o *pastaOptions) { o.NoMapGW = true })},
 		{"--map-host-loopback", a("--map-host-loopback 169.254.1.2 --map-host-loopback fd00::2"), pastaWant(func(o *pastaOptions) {
@@ -416,8 +423,8 @@ func pastaRefusalCases() []refusalCase {
 		{a("--log-size 1048576"), "--log-size: ustack logs to standard error only: drop the option", false, false},
 		{a("--runas 1000"), "--runas: ustack does not change its user: start it as the user it should run as", false, false},
 		{a("-F 3"), "--fd: ustack does not take a pre-opened tap descriptor: give a PID, --netns or a command", false, false},
-		{a("-M 02:00:00:00:00:01"), "--mac-addr: ustack's interface in the namespace has no link layer, so there is no MAC address to set", false, false},
-		{a("--ns-mac-addr 02:00:00:00:00:01"), "--ns-mac-addr: ustack's interface in the namespace has no link layer, so there is no MAC address to set", false, false},
+		{a("-M 02:00:00:00:00:01"), "--mac-addr: ustack's side of the namespace's TAP device has a random locally administered MAC address: drop the option", false, false},
+		{a("--ns-mac-addr 02:00:00:00:00"), "Invalid MAC address: 02:00:00:00:00", false, false},
 		{a("--dhcp-dns"), "--dhcp-dns: ustack runs no DHCP, DHCPv6 or NDP server: configure the namespace's resolvers directly", false, false},
 		{a("--dhcp-search"), "--dhcp-search: ustack runs no DHCP, DHCPv6 or NDP server: configure the namespace's search domains directly", false, false},
 		{a("--socket /tmp/s"), "--socket: a passt option (its UNIX domain socket for a virtual machine), not pasta's", false, false},
@@ -497,4 +504,137 @@ func FuzzPastaPortSpec(f *testing.F) {
 		require.True(t, ok, "%q written as %q", s, p.String())
 		require.Equal(t, p, again, "%q written as %q", s, p.String())
 	})
+}
+
+// TestPastaMapping maps the callers' command lines (as in
+// TestPastaCallers) onto the run, on a host whose first default routes
+// go through eth0, 192.0.2.50/24 by 192.0.2.1 and 2001:db8::50/64 by
+// fe80::1.
+func TestPastaMapping(t *testing.T) {
+	const ns = "/run/user/1000/netns/netns-0c5e8b3e"
+	const pidFile = "/run/user/1000/containers/networks/rootless-netns/rootless-netns-conn.pid"
+	p := netip.MustParsePrefix
+	host := func(ifname string) (v4, v6 *hostIface, err error) {
+		if ifname != "" && ifname != "eth0" {
+			return nil, nil, errors.New("Link not found")
+		}
+		return &hostIface{"eth0", p("192.0.2.50/24"), ip("192.0.2.1")}, &hostIface{"eth0", p("2001:db8::50/64"), ip("fe80::1")}, nil
+	}
+	ephemeral := portRange{32768, 60999, 32768}
+	// podman is Podman's line on that host: the host's addressing
+	// copied, no DNS address, the gateway not the host's loopback,
+	// serving in the background until the namespace file goes.
+	podman := func(mod func(r *sandboxRun)) sandboxRun {
+		r := sandboxRun{
+			name: "pasta", confine: true, confineOff: "pasta's isolation cannot be turned off", procs: 1, sysmonTick: true,
+			readyFD: -1, exitFD: -1, detach: true, quitNetNS: ns,
+			cfg: sandbox.Config{
+				NetNS: ns, TAP: true, Device: "eth0", MTU: 65520, NoRA: true, AllowHostLoopback: true,
+				Addr4: p("192.0.2.50/24"), Gateway4: ip("192.0.2.1"), Addr6: p("2001:db8::50/64"), Gateway6: ip("fe80::1"),
+				DNS4: netip.IPv4Unspecified(), DNS6: netip.IPv6Unspecified(),
+				HostLoopback4: netip.IPv4Unspecified(), HostLoopback6: netip.IPv6Unspecified(),
+			},
+		}
+		if mod != nil {
+			mod(&r)
+		}
+		return r
+	}
+	// rootlesskit is RootlessKit 2's: 10.0.2.0/24 with .100, .2 and .3,
+	// tap0, the child's namespaces, IPv4 only.
+	rootlesskit := func(mod func(r *sandboxRun)) sandboxRun {
+		r := podman(nil)
+		r.cfg.NetNS, r.cfg.UserNS, r.quitNetNS, r.quitPID = "/proc/4321/ns/net", "/proc/4321/ns/user", "/proc/4321/ns/net", 4321
+		r.cfg.Device, r.cfg.NoIPv6, r.cfg.Addr6, r.cfg.Gateway6 = "tap0", true, netip.Prefix{}, netip.Addr{}
+		r.cfg.Addr4, r.cfg.Gateway4, r.cfg.DNS4 = p("10.0.2.100/24"), ip("10.0.2.2"), ip("10.0.2.3")
+		mod(&r)
+		return r
+	}
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		want  sandboxRun
+		notes int
+	}{
+		{"podman 4.4", []string{"--config-net", "-t", "none", "-u", "none", "-T", "none", "-U", "none", "--no-map-gw", "--netns", ns}, podman(nil), 0},
+		{"podman 4.4 ports", []string{"--config-net", "-t", "8080-8080:80-80", "-t", "127.0.0.1/9000-9002:9000-9002", "-u", "5353-5353:53-53", "-T", "none", "-U", "none", "--no-map-gw", "--netns", ns},
+			podman(func(r *sandboxRun) {
+				r.cfg.PortForwards = []sandbox.PortForward{
+					{Host: netip.MustParseAddrPort("0.0.0.0:8080"), Port: 80},
+					{Host: netip.MustParseAddrPort("127.0.0.1:9000"), Port: 9000},
+					{Host: netip.MustParseAddrPort("127.0.0.1:9001"), Port: 9001},
+					{Host: netip.MustParseAddrPort("127.0.0.1:9002"), Port: 9002},
+					{UDP: true, Host: netip.MustParseAddrPort("0.0.0.0:5353"), Port: 53},
+				}
+			}), 0},
+		{"podman 5.0", []string{"--config-net", "-t", "none", "-u", "none", "-T", "none", "-U", "none", "--no-map-gw", "--dns", "none", "--quiet", "--netns", ns},
+			podman(func(r *sandboxRun) { r.quiet = true }), 0},
+		{"podman 5.3", []string{"--config-net", "--dns-forward", "169.254.1.1", "-t", "none", "-u", "none", "-T", "none", "-U", "none", "--no-map-gw", "--quiet", "--netns", ns, "--map-guest-addr", "169.254.1.2"},
+			podman(func(r *sandboxRun) {
+				r.quiet, r.cfg.DNS4, r.cfg.MapGuestAddr4 = true, ip("169.254.1.1"), ip("169.254.1.2")
+			}), 0},
+		{"podman 5.3, --map-gw: the gateway leads to the host's loopback", []string{"--config-net", "--trace", "--dns-forward", "169.254.1.1", "-t", "none", "-u", "none", "-T", "none", "-U", "none", "--netns", ns, "--map-guest-addr", "169.254.1.2"},
+			podman(func(r *sandboxRun) {
+				r.cfg.DNS4, r.cfg.MapGuestAddr4 = ip("169.254.1.1"), ip("169.254.1.2")
+				r.cfg.HostLoopback4, r.cfg.HostLoopback6 = netip.Addr{}, netip.Addr{}
+			}), 0},
+		{"podman 5 rootless netns", []string{"--config-net", "--pid", pidFile, "--dns-forward", "169.254.1.1", "-t", "none", "-u", "none", "-T", "none", "-U", "none", "--no-map-gw", "--quiet", "--netns", ns, "--map-guest-addr", "169.254.1.2"},
+			podman(func(r *sandboxRun) {
+				r.quiet, r.pidFile, r.cfg.DNS4, r.cfg.MapGuestAddr4 = true, pidFile, ip("169.254.1.1"), ip("169.254.1.2")
+			}), 0},
+		{"podman, user options: IPv4 only, -I, -m, -n", []string{"--config-net", "-I", "tap0", "--ipv4-only", "-a", "10.0.2.15", "-n", "24", "-g", "10.0.2.2", "--dns-forward", "10.0.2.3", "-m", "1500", "-T", "none", "-t", "none", "-u", "none", "-U", "none", "--netns", ns},
+			podman(func(r *sandboxRun) {
+				r.cfg.Device, r.cfg.MTU, r.cfg.NoIPv6, r.cfg.Addr6, r.cfg.Gateway6 = "tap0", 1500, true, netip.Prefix{}, netip.Addr{}
+				r.cfg.Addr4, r.cfg.Gateway4, r.cfg.DNS4 = p("10.0.2.15/24"), ip("10.0.2.2"), ip("10.0.2.3")
+				r.cfg.HostLoopback4, r.cfg.HostLoopback6 = netip.Addr{}, netip.Addr{}
+			}), 0},
+		{"rootlesskit 2.0: in the foreground, on its tap0, left unconfigured", []string{"--foreground", "--stderr", "--ns-ifname=tap0", "--mtu=65520", "--no-dhcp", "--no-ra", "--address=10.0.2.100", "--netmask=24", "--gateway=10.0.2.2", "--dns-forward=10.0.2.3", "--no-map-gw", "--ipv4-only", "--tcp-ports=none", "--udp-ports=none", "4321"},
+			rootlesskit(func(r *sandboxRun) { r.detach, r.cfg.NoConfigure = false, true }), 1},
+		{"rootlesskit 2.3", []string{"--stderr", "--ns-ifname=tap0", "--mtu=65520", "--config-net", "--address=10.0.2.100", "--netmask=24", "--gateway=10.0.2.2", "--dns-forward=10.0.2.3", "--no-map-gw", "--ipv4-only", "--tcp-ports=none", "--udp-ports=none", "4321"},
+			rootlesskit(func(r *sandboxRun) {}), 1},
+		{"rootlesskit 2.3, IPv6 and the host's loopback, detached netns", []string{"--stderr", "--ns-ifname=tap0", "--mtu=65520", "--config-net", "--address=10.0.2.100", "--netmask=24", "--gateway=10.0.2.2", "--dns-forward=10.0.2.3", "--tcp-ports=none", "--udp-ports=none", "--userns=/proc/4321/ns/user", "--netns=/run/user/1000/rootlesskit/netns"},
+			rootlesskit(func(r *sandboxRun) {
+				r.cfg.NetNS, r.quitNetNS, r.quitPID = "/run/user/1000/rootlesskit/netns", "/run/user/1000/rootlesskit/netns", 0
+				r.cfg.NoIPv6, r.cfg.Addr6, r.cfg.Gateway6 = false, p("2001:db8::50/64"), ip("fe80::1")
+				r.cfg.HostLoopback4, r.cfg.HostLoopback6 = netip.Addr{}, netip.Addr{}
+			}), 1},
+		{"a command, a pcap, -i, the prefix widened to the gateway", []string{"--config-net", "-i", "eth0", "-a", "192.0.2.200", "-n", "26", "-p", "/tmp/x.pcap", "-t", "none", "-u", "none", "-T", "none", "-U", "none", "--no-netns-quit", "--", "sh", "-c", "true"},
+			podman(func(r *sandboxRun) {
+				r.detach, r.quitNetNS, r.pcap, r.args = false, "", "/tmp/x.pcap", []string{"sh", "-c", "true"}
+				r.cfg.NetNS, r.cfg.Addr4 = "", p("192.0.2.200/24")
+				r.cfg.HostLoopback4, r.cfg.HostLoopback6 = netip.Addr{}, netip.Addr{}
+			}), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := parsePasta(append([]string{"pasta"}, tc.args...))
+			require.NoError(t, err)
+			got, notes, err := o.sandboxRun("pasta", host, ephemeral)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+			require.Len(t, notes, tc.notes, "%q", notes)
+		})
+	}
+	noHost := func(string) (v4, v6 *hostIface, err error) { return nil, nil, nil }
+	for _, tc := range []struct {
+		args []string
+		host func(string) (v4, v6 *hostIface, err error)
+		msg  string
+	}{
+		{[]string{"--tcp-ports=auto", "--udp-ports=auto", "4321"}, host, "-t auto: ustack does not follow the ports bound on the far side: list them (-t PORTS, -u PORTS)"},
+		{[]string{"-T", "5432", "--netns", ns}, host, "-T 5432: ustack forwards no ports from the namespace to the host"},
+		{[]string{"-t", "%eth0/80", "--netns", ns}, host, "-t %eth0/80: ustack binds forwarded ports to addresses, not interfaces"},
+		{[]string{"-t", "~22", "--netns", ns}, host, "-t ~22: more than 4096 ports forwarded"},
+		{[]string{"-t", "0", "--netns", ns}, host, "-t 0: port 0: ustack forwards ports from 1 up"},
+		{[]string{"-6", "--netns", ns}, host, "-6/--ipv6-only: ustack's namespace always has IPv4"},
+		{[]string{"--no-udp", "--netns", ns}, host, "--no-tcp, --no-udp, --no-icmp"},
+		{[]string{"-D", "192.0.2.53", "--netns", ns}, host, "-D/--dns ADDR: ustack announces no name servers"},
+		{[]string{"--netns", ns}, noHost, "External interface not usable"},
+		{[]string{"-a", "2001:db8::9", "-g", "2001:db8::1", "--netns", ns}, noHost, "ustack's namespace always has IPv4: give -a and -g"},
+		{[]string{"-i", "eth9", "--netns", ns}, host, "-i eth9: Link not found"},
+	} {
+		o, err := parsePasta(append([]string{"pasta"}, tc.args...))
+		require.NoError(t, err, "%q", tc.args)
+		_, _, err = o.sandboxRun("pasta", tc.host, ephemeral)
+		require.ErrorContains(t, err, tc.msg, "%q", tc.args)
+	}
 }

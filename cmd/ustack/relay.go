@@ -35,8 +35,12 @@ import (
 
 // relayEnv marks this program, started again, as a relay process: its
 // value is the relay's kind and the number of its own descriptors,
-// "KIND/N".
+// "KIND/N", and "KIND/N/detached" for a relay that outlives its
+// supervisor (relayOptions.detach).
 const relayEnv = "USTACK_RELAY"
+
+// relayDetached is relayEnv's suffix for a detached relay.
+const relayDetached = "/detached"
 
 // The relay's descriptors, as exec.Cmd.ExtraFiles numbers them from 3:
 // the spec to read, the status to write ("ok", or an error), the
@@ -61,6 +65,23 @@ var relays = map[string]relayFunc{
 	"sandbox": sandboxRelay,
 }
 
+// relayOptions say how a relay is started.
+type relayOptions struct {
+	// sysmonTick runs it with the runtime's monitor on its slow tick
+	// (execWithSysmonTick).
+	sysmonTick bool
+	// stderr is its standard output and error (a detached relay's until
+	// it is ready).
+	stderr io.Writer
+	// detach: the relay outlives this process, as pasta's forks into the
+	// background: in a session of its own, without a lifeline or a
+	// parent-death signal; once ready, its standard output and error are
+	// /dev/null, so that a caller reading this process's output to its
+	// end is not held; it stops on SIGTERM or SIGINT, or what its kind
+	// watches. This process lets it go (relayProc.release).
+	detach bool
+}
+
 // relayProc is a relay process this one started and supervises.
 type relayProc struct {
 	cmd    *exec.Cmd
@@ -68,12 +89,14 @@ type relayProc struct {
 	exited chan struct{} // closed once the relay has exited
 	exit   error         // the relay's exit, once exited is closed
 	once   sync.Once
+	// detached: the relay outlives this process (relayOptions.detach).
+	detached bool
 }
 
 // startRelay starts this program again as a relay of kind, named name in
 // ps, handing it spec and files (which it takes over), and returns once
 // the relay reports ready, or with what it reported instead.
-func startRelay(name, kind string, spec any, files []*os.File, sysmonTick bool, stderr io.Writer) (*relayProc, error) {
+func startRelay(name, kind string, spec any, files []*os.File, o relayOptions) (*relayProc, error) {
 	all := append(make([]*os.File, 3, 3+len(files)), files...)
 	closeAll := func() {
 		for _, f := range all {
@@ -106,17 +129,30 @@ func startRelay(name, kind string, spec any, files []*os.File, sysmonTick bool, 
 	defer specW.Close()
 	defer statusR.Close()
 	all[0], all[1], all[2] = pipes[0][0], pipes[1][1], pipes[2][0]
+	attr, err := relayProcAttr(o.detach)
+	if err != nil {
+		for _, p := range pipes {
+			p[0].Close()
+			p[1].Close()
+		}
+		return nil, err
+	}
 	cmd := exec.Command(selfPath())
 	cmd.Args = []string{name + " relay"} // what ps shows
-	cmd.Env = append(relayEnviron(sysmonTick), fmt.Sprintf("%s=%s/%d", relayEnv, kind, len(files)))
-	cmd.Stdout, cmd.Stderr = stderr, stderr
+	env := fmt.Sprintf("%s=%s/%d", relayEnv, kind, len(files))
+	if o.detach {
+		env += relayDetached
+	}
+	cmd.Env = append(relayEnviron(o.sysmonTick), env)
+	cmd.Stdout, cmd.Stderr = o.stderr, o.stderr
 	cmd.ExtraFiles = all
-	cmd.SysProcAttr = relayAttr()
-	p := &relayProc{cmd: cmd, life: lifeW, exited: make(chan struct{})}
+	cmd.SysProcAttr = attr
+	p := &relayProc{cmd: cmd, life: lifeW, exited: make(chan struct{}), detached: o.detach}
 	started := make(chan error, 1)
 	go func() {
-		// The relay dies with the thread that started it (Pdeathsig),
-		// so that thread waits for it and is not given back.
+		// The relay dies with the thread that started it (Pdeathsig,
+		// unless detached), so that thread waits for it and is not given
+		// back.
 		runtime.LockOSThread()
 		if err := cmd.Start(); err != nil {
 			started <- err
@@ -151,14 +187,29 @@ func startRelay(name, kind string, spec any, files []*os.File, sysmonTick bool, 
 // failed is closed once the relay has exited.
 func (p *relayProc) failed() <-chan struct{} { return p.exited }
 
-// err says how the relay ended, once it has.
+// err says how the relay ended, once it has: nil while it runs, or if
+// it ended by itself with status 0 (what its kind watched went away:
+// pasta's namespace).
 func (p *relayProc) err() error {
 	select {
 	case <-p.exited:
+		if p.exit == nil {
+			return nil
+		}
 		return fmt.Errorf("the relay ended (%v)", p.exit)
 	default:
 		return nil
 	}
+}
+
+// pid is the relay's process ID, in this process's PID namespace.
+func (p *relayProc) pid() int { return p.cmd.Process.Pid }
+
+// release lets a detached relay go on alone, as this process exits:
+// the lifeline, which it does not watch, is closed, and it is not
+// waited for.
+func (p *relayProc) release() {
+	p.once.Do(func() { p.life.Close() })
 }
 
 // relayStopWait bounds how long a relay that was told to stop (it closes
@@ -211,6 +262,7 @@ func relayEnviron(sysmonTick bool) []string {
 // exit status.
 func relayMain() int {
 	kind, count, _ := strings.Cut(os.Getenv(relayEnv), "/")
+	count, detached := strings.CutSuffix(count, relayDetached)
 	os.Unsetenv(relayEnv)
 	status := os.NewFile(relayStatusFD, "relay-status")
 	reported := false
@@ -242,21 +294,46 @@ func relayMain() int {
 	for i := range fds {
 		fds[i] = relayFilesFD + i
 	}
-	// Ctrl-C and hang-ups are the supervisor's to pass on; this process
-	// stops when its lifeline ends.
-	signal.Ignore(os.Interrupt, syscall.SIGHUP)
-	// Non-blocking before os.NewFile, so that the runtime's poller waits
-	// on it rather than a thread.
-	if err := syscall.SetNonblock(relayLifelineFD, true); err != nil {
-		report(fmt.Sprintf("relay: lifeline: %v", err))
-		return 1
-	}
-	life := os.NewFile(relayLifelineFD, "relay-lifeline")
+	// The lifeline's end (the supervisor closed it, or died) stops the
+	// relay, and so does SIGTERM, which is how a caller stops a detached
+	// relay (pasta's daemon, by its PID file). Ctrl-C and hang-ups are
+	// the supervisor's to pass on to its command, but a detached relay
+	// has none and stops on SIGINT too. These goroutines are the
+	// process's: they end with it.
+	var stopOnce sync.Once
 	stop := make(chan struct{})
+	stopNow := func() { stopOnce.Do(func() { close(stop) }) }
+	sigs := make(chan os.Signal, 1)
 	go func() {
-		life.Read(make([]byte, 1)) // until the supervisor closes it, or dies
-		close(stop)
+		<-sigs
+		stopNow()
 	}()
+	var devNull *os.File
+	if detached {
+		signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+		signal.Ignore(syscall.SIGHUP)
+		// Opened now: the isolated relay sees no /dev.
+		var err error
+		if devNull, err = os.OpenFile(os.DevNull, os.O_RDWR, 0); err != nil {
+			report(fmt.Sprintf("relay: %v", err))
+			return 1
+		}
+		syscall.Close(relayLifelineFD) // not watched: the supervisor exits once this relay is ready
+	} else {
+		signal.Notify(sigs, syscall.SIGTERM)
+		signal.Ignore(os.Interrupt, syscall.SIGHUP)
+		// Non-blocking before os.NewFile, so that the runtime's poller
+		// waits on it rather than a thread.
+		if err := syscall.SetNonblock(relayLifelineFD, true); err != nil {
+			report(fmt.Sprintf("relay: lifeline: %v", err))
+			return 1
+		}
+		life := os.NewFile(relayLifelineFD, "relay-lifeline")
+		go func() {
+			life.Read(make([]byte, 1)) // until the supervisor closes it, or dies
+			stopNow()
+		}()
+	}
 	ready := func(confine func() error) error {
 		if err := sandbox.Isolate(); err != nil {
 			return err
@@ -265,6 +342,11 @@ func relayMain() int {
 			return err
 		}
 		report("ok")
+		if devNull != nil {
+			// Whoever reads the supervisor's output to its end is not
+			// held by this process, which outlives it.
+			onStdout(devNull)
+		}
 		return nil
 	}
 	if err := relay(spec, fds, ready, stop); err != nil {

@@ -2,8 +2,17 @@
 
 package main
 
-import "syscall"
+import (
+	"os"
+	"syscall"
 
-// relayAttr starts the relay as a plain child: namespaces are Linux's,
-// and so is Isolate, which then fails the relay with ErrNotSupported.
-func relayAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+	"github.com/ustack-dev/ustack/sandbox"
+)
+
+// relayProcAttr refuses: a relay's namespaces are Linux's.
+func relayProcAttr(detach bool) (*syscall.SysProcAttr, error) {
+	return nil, sandbox.ErrNotSupported
+}
+
+// onStdout closes f: no relay runs here.
+func onStdout(f *os.File) { f.Close() }

@@ -556,7 +556,9 @@ The namespace is process PID's (or at PATH with --netns-type=path); its
 network is the TAP device TAPNAME (default %s) inside it.
 
 -c, --configure          set TAPNAME up: its address (network + 100), MTU, a
-                         default route through the host (network + 2), and lo
+                         default route through the host (network + 2), and lo;
+                         without -c, TAPNAME is attached to as it is (its
+                         creator configures it) and left alone
 -e, --exit-fd=FD         exit when FD becomes readable or is closed
 -r, --ready-fd=FD        once serving, write "1" to FD and close it
 -m, --mtu=MTU            TAPNAME's MTU (default %d; ustack takes %d to %d)
@@ -568,8 +570,12 @@ network is the TAP device TAPNAME (default %s) inside it.
 --netns-type=TYPE        pid (the default): the namespace of process PID;
                          path: the namespace at PATH
 --userns-path=PATH       the user namespace to join (default: PID's)
---enable-sandbox         confine ustack while it serves
---enable-seccomp         restrict ustack's system calls with seccomp
+--enable-sandbox         confine ustack while it serves: either this or
+                         --enable-seccomp confines it fully, serving from a
+                         process of its own in new mount and PID namespaces
+                         with an empty root, as nobody where it can be,
+                         with a seccomp allow-list of system calls
+--enable-seccomp         the same as --enable-sandbox
 --outbound-addr=IPv4     bind outbound IPv4 sockets to this address (or to
                          the first IPv4 address of this interface)
 --outbound-addr6=IPv6    bind outbound IPv6 sockets to this address (or to
@@ -600,12 +606,19 @@ func writeSlirp4netnsVersion(w io.Writer) {
 // slirp4netnsFrontEnd prints slirp4netns's help and version.
 var slirp4netnsFrontEnd = &frontEnd{name: "slirp4netns", usageOnStdout: true, help: writeSlirp4netnsHelp, version: writeSlirp4netnsVersion}
 
-// slirp4netnsSettle does what a slirp4netns command line settles by
-// itself (frontEnd.settle), after slirp4netns's warnings.
-func slirp4netnsSettle(argv []string, stdout, stderr io.Writer) (int, bool) {
+// slirp4netnsParse parses argv and does what the command line settles
+// by itself (frontEnd.settle), after slirp4netns's warnings.
+func slirp4netnsParse(argv []string, stdout, stderr io.Writer) (o slirpOptions, status int, settled bool) {
 	o, err := parseSlirp4netns(argv)
 	for _, w := range o.Warnings {
 		fmt.Fprintln(stdout, w)
 	}
-	return slirp4netnsFrontEnd.settle(argv, stdout, stderr, o.Help, o.Version, err)
+	status, settled = slirp4netnsFrontEnd.settle(argv, stdout, stderr, o.Help, o.Version, err)
+	return o, status, settled
+}
+
+// slirp4netnsSettle is slirp4netnsParse less the options.
+func slirp4netnsSettle(argv []string, stdout, stderr io.Writer) (int, bool) {
+	_, status, settled := slirp4netnsParse(argv, stdout, stderr)
+	return status, settled
 }

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ustack-dev/ustack/sandbox"
 )
 
 // slirpWant is the parse of `slirp4netns 1234` changed by mod.
@@ -335,4 +338,117 @@ func TestSlirp4netnsVersionAsTheOriginal(t *testing.T) {
 // that parses to the same options.
 func FuzzSlirp4netns(f *testing.F) {
 	slirpRoundTrip.fuzz(f, "-c6m9000 1234 tap0", "--cidr=10.0.3.0/24 -c --macaddress=2:0:0:0:0:1 --outbound-addr=eth0 1 t", "--netns-type=path /proc/self/ns/net tap0 x", "--outbound-addr6=::ffff:1.2.3.4 1")
+}
+
+// TestSlirp4netnsMapping maps the callers' command lines (as in
+// TestSlirp4netnsCallers) onto the run: the sandbox's configuration and
+// the descriptors, API socket and confinement around it.
+func TestSlirp4netnsMapping(t *testing.T) {
+	ns := existingFile(t, "netns")
+	userns := existingFile(t, "user")
+	const api = "/run/user/1000/libpod/tmp/abc.net"
+	a, p := netip.MustParseAddr, netip.MustParsePrefix
+	ifAddrs := func(name string) ([]net.Addr, error) {
+		if name != "eth0" {
+			return nil, errors.New("no such network interface")
+		}
+		return []net.Addr{
+			&net.IPNet{IP: net.ParseIP("fe80::7"), Mask: net.CIDRMask(64, 128)},
+			&net.IPNet{IP: net.ParseIP("192.0.2.7").To4(), Mask: net.CIDRMask(24, 32)},
+			&net.IPNet{IP: net.ParseIP("2001:db8::7"), Mask: net.CIDRMask(64, 128)},
+		}, nil
+	}
+	// run is what every caller's line has in common: slirp4netns's
+	// layout on a TAP device, one CPU, the monitor's slow tick.
+	run := func(mod func(r *sandboxRun)) sandboxRun {
+		r := sandboxRun{
+			name: "slirp4netns", readyFD: -1, exitFD: -1, procs: 1, sysmonTick: true,
+			confineOff: "leave out --enable-sandbox and --enable-seccomp",
+			cfg: sandbox.Config{
+				TAP: true, Device: "tap0", MTU: 1500, AllowHostLoopback: true, NoIPv6: true,
+				Addr4: p("10.0.2.100/24"), Gateway4: a("10.0.2.2"), DNS4: a("10.0.2.3"),
+			},
+		}
+		mod(&r)
+		return r
+	}
+	v6 := func(c *sandbox.Config) {
+		c.NoIPv6, c.Addr6, c.Gateway6, c.DNS6 = false, p("fd00::100/64"), a("fd00::2"), a("fd00::3")
+	}
+	podman := func(r *sandboxRun) {
+		r.confine, r.cfg.NetNS, r.cfg.MTU, r.cfg.AllowHostLoopback = true, ns, 65520, false
+		v6(&r.cfg)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want sandboxRun
+	}{
+		{"podman 4.3.1 container", []string{"--disable-host-loopback", "--mtu=65520", "--enable-sandbox", "--enable-seccomp", "--enable-ipv6", "-c", "-e", "3", "-r", "4", "--netns-type=path", ns, "tap0"},
+			run(func(r *sandboxRun) { podman(r); r.exitFD, r.readyFD = 3, 4 })},
+		{"podman 4.3.1 container, API socket, options", []string{"--disable-host-loopback", "--mtu=1500", "--enable-sandbox", "--enable-seccomp", "--cidr=10.0.3.0/24", "--enable-ipv6", "--outbound-addr=192.0.2.1", "--outbound-addr6=2001:db8::1", "-c", "-e", "3", "-r", "4", "--api-socket", api, "--netns-type=path", ns, "tap0"},
+			run(func(r *sandboxRun) {
+				podman(r)
+				r.exitFD, r.readyFD, r.apiSocket, r.cfg.MTU = 3, 4, api, 1500
+				r.cfg.Addr4, r.cfg.Gateway4, r.cfg.DNS4 = p("10.0.3.100/24"), a("10.0.3.2"), a("10.0.3.3")
+				r.cfg.OutboundAddr4, r.cfg.OutboundAddr6 = a("192.0.2.1"), a("2001:db8::1")
+			})},
+		{"podman 4.3.1 allow_host_loopback, no IPv6, seccomp alone", []string{"--mtu=65520", "--enable-seccomp", "-c", "-e", "3", "-r", "4", "--netns-type=path", ns, "tap0"},
+			run(func(r *sandboxRun) {
+				r.confine, r.cfg.NetNS, r.cfg.MTU, r.exitFD, r.readyFD = true, ns, 65520, 3, 4
+			})},
+		{"podman rootless netns, MAC", []string{"--disable-host-loopback", "--mtu=65520", "--enable-sandbox", "--enable-seccomp", "--enable-ipv6", "-c", "-r", "3", "--macaddress=02:00:00:00:00:09", "--netns-type=path", ns, "tap0"},
+			run(func(r *sandboxRun) {
+				podman(r)
+				r.readyFD, r.cfg.MAC = 3, net.HardwareAddr{2, 0, 0, 0, 0, 9}
+			})},
+		{"rootlesskit 1.1: its tap0 left to it", []string{"--mtu", "65520", "-r", "3", "--disable-host-loopback", "--cidr", "10.0.2.0/24", "--api-socket", "/run/user/1000/rootlesskit/slirp4netns.sock", "--enable-sandbox", "--enable-seccomp", "--enable-ipv6", "4321", "tap0"},
+			run(func(r *sandboxRun) {
+				r.readyFD, r.apiSocket, r.confine = 3, "/run/user/1000/rootlesskit/slirp4netns.sock", true
+				r.cfg.NetNS, r.cfg.UserNS, r.cfg.NoConfigure, r.cfg.MTU, r.cfg.AllowHostLoopback = "/proc/4321/ns/net", "/proc/4321/ns/user", true, 65520, false
+				v6(&r.cfg)
+			})},
+		{"rootlesskit 1.1, least: unconfined, as slirp4netns", []string{"--mtu", "65520", "-r", "3", "4321", "tap0"},
+			run(func(r *sandboxRun) {
+				r.readyFD = 3
+				r.cfg.NetNS, r.cfg.UserNS, r.cfg.NoConfigure, r.cfg.MTU = "/proc/4321/ns/net", "/proc/4321/ns/user", true, 65520
+			})},
+		{"rootlesskit 2 detach-netns", []string{"--mtu", "65520", "-r", "3", "--disable-host-loopback", "--cidr", "10.0.2.0/24", "--enable-seccomp", "--enable-ipv6", "--userns-path=" + userns, "--netns-type=path", ns, "tap0"},
+			run(func(r *sandboxRun) {
+				r.readyFD, r.confine = 3, true
+				r.cfg.NetNS, r.cfg.UserNS, r.cfg.NoConfigure, r.cfg.MTU, r.cfg.AllowHostLoopback = ns, userns, true, 65520, false
+				v6(&r.cfg)
+			})},
+		{"outbound addresses of an interface", []string{"-6", "--outbound-addr=eth0", "--outbound-addr6=eth0", "--disable-dns", "4321", "tap1"},
+			run(func(r *sandboxRun) {
+				r.cfg.NetNS, r.cfg.UserNS, r.cfg.NoConfigure, r.cfg.Device, r.cfg.NoDNS = "/proc/4321/ns/net", "/proc/4321/ns/user", true, "tap1", true
+				r.cfg.OutboundAddr4, r.cfg.OutboundAddr6 = a("192.0.2.7"), a("2001:db8::7")
+				v6(&r.cfg)
+			})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := parseSlirp4netns(append([]string{"slirp4netns"}, tc.args...))
+			require.NoError(t, err)
+			got, err := o.sandboxRun("slirp4netns", ifAddrs)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--outbound-addr=eth9", "1", "tap0"}, "--outbound-addr=eth9: neither an IPv4 address nor an interface with one: no such network interface"},
+		{[]string{"-6", "--outbound-addr6=lo0", "1", "tap0"}, "--outbound-addr6=lo0: neither an IPv6 address nor an interface with one"},
+		{[]string{"--outbound-addr6=eth0", "1", "tap0"}, ""}, // taken, and unused without IPv6, as slirp4netns does
+	} {
+		o, err := parseSlirp4netns(append([]string{"slirp4netns"}, tc.args...))
+		require.NoError(t, err)
+		_, err = o.sandboxRun("slirp4netns", ifAddrs)
+		if tc.msg == "" {
+			require.NoError(t, err, "%q", tc.args)
+			continue
+		}
+		require.ErrorContains(t, err, tc.msg, "%q", tc.args)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -66,6 +67,21 @@ type sandboxRun struct {
 	// sysmonTick runs the relay with the runtime's monitor on its slow
 	// tick (execWithSysmonTick).
 	sysmonTick bool
+	// quitNetNS and quitPID, for a confined run, end the relay once the
+	// namespace file at quitNetNS is deleted or process quitPID (> 0)
+	// ends, as pasta ends with the namespace it serves (openNSWatch).
+	quitNetNS string
+	quitPID   int
+	// detach, for a confined run without CMD: once the relay is ready
+	// this process exits 0 and the relay serves on alone, as pasta forks
+	// into the background (relayOptions.detach).
+	detach bool
+	// pidFile, if set, receives the PID of the process that serves once
+	// it is ready: the relay's when detached, this process's otherwise
+	// (pasta's --pid).
+	pidFile string
+	// quiet leaves out the line saying what is served.
+	quiet bool
 }
 
 func tunMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -306,7 +322,17 @@ func (r *sandboxRun) run(stdin io.Reader, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("%v", err)
 	}
+	if r.detach {
+		return r.release(sv, stderr)
+	}
 	defer sv.stop()
+	// The descriptors of the caller's contract are this process's alone,
+	// not CMD's or a relay's.
+	for _, fd := range []int{r.exitFD, r.readyFD} {
+		if fd >= 0 {
+			syscall.CloseOnExec(fd)
+		}
+	}
 	// The exit descriptor is a contract between processes (a supervisor's
 	// lifetime is the descriptor's), so it lives here and not in package
 	// sandbox: a program embedding the sandbox owns it and calls Close.
@@ -339,17 +365,24 @@ func (r *sandboxRun) run(stdin io.Reader, stdout, stderr io.Writer) int {
 			return fail("ready descriptor %d: %v", r.readyFD, err)
 		}
 	}
+	if err := r.writePIDFile(os.Getpid()); err != nil {
+		return fail("%v", err)
+	}
 	if len(r.args) == 0 {
-		where := r.cfg.NetNS
-		if r.cfg.Host {
-			where = "this network namespace"
-		}
-		fmt.Fprintf(stderr, "%s: serving %s on %s (%v, gateway %v, DNS %v)\n", r.name, where, sv.device(), r.cfg.Addr4, r.cfg.Gateway4, r.cfg.DNS4)
+		r.banner(stderr, sv)
 		select {
 		case <-sigs:
 		case <-exitc:
 		case <-sv.failed():
-			return fail("%v", sv.err())
+			err := sv.err()
+			if err == nil && r.quitNetNS == "" && r.quitPID == 0 {
+				err = errors.New("the relay ended (told to stop by someone else)")
+			}
+			if err != nil {
+				return fail("%v", err)
+			}
+			// The relay ended by itself, cleanly: the namespace it
+			// watched is gone.
 		}
 		return 0
 	}
@@ -385,7 +418,11 @@ func (r *sandboxRun) run(stdin io.Reader, stdout, stderr io.Writer) int {
 		case <-relayFailed:
 			// The sandbox has no network any more: stop CMD.
 			relayFailed, died = nil, true
-			fmt.Fprintf(stderr, "%s: %v: stopping %s\n", r.name, sv.err(), r.args[0])
+			why := sv.err()
+			if why == nil {
+				why = errors.New("the relay ended")
+			}
+			fmt.Fprintf(stderr, "%s: %v: stopping %s\n", r.name, why, r.args[0])
 			select {
 			case <-started:
 				proc.Signal(syscall.SIGTERM)
@@ -412,6 +449,52 @@ func (r *sandboxRun) run(stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %s: %v\n", r.name, r.args[0], err)
 		return 127
 	}
+}
+
+// banner says what is served, unless quiet.
+func (r *sandboxRun) banner(w io.Writer, sv server) {
+	if r.quiet {
+		return
+	}
+	dns := "none"
+	if !r.cfg.NoDNS && r.cfg.DNS4.IsValid() && !r.cfg.DNS4.IsUnspecified() {
+		dns = r.cfg.DNS4.String()
+	}
+	where := r.cfg.NetNS
+	if r.cfg.Host {
+		where = "this network namespace"
+	}
+	fmt.Fprintf(w, "%s: serving %s on %s (%v, gateway %v, DNS %s)\n", r.name, where, sv.device(), r.cfg.Addr4, r.cfg.Gateway4, dns)
+}
+
+// writePIDFile writes pid to the run's PID file, if it has one.
+func (r *sandboxRun) writePIDFile(pid int) error {
+	if r.pidFile == "" {
+		return nil
+	}
+	if err := os.WriteFile(r.pidFile, []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("PID file: %w", err)
+	}
+	return nil
+}
+
+// release ends a detached run once its relay is ready: the PID file
+// names the relay, which serves on alone, and this process exits 0.
+func (r *sandboxRun) release(sv server, stderr io.Writer) int {
+	c, ok := sv.(*confined)
+	if !ok {
+		sv.stop()
+		fmt.Fprintf(stderr, "%s: only a confined sandbox is served by a process of its own, which can go on alone\n", r.name)
+		return 1
+	}
+	if err := r.writePIDFile(c.pid()); err != nil {
+		c.stop()
+		fmt.Fprintf(stderr, "%s: %v\n", r.name, err)
+		return 1
+	}
+	r.banner(stderr, sv)
+	c.release()
+	return 0
 }
 
 // server is what serves a run's sandbox: this process (startInProcess)

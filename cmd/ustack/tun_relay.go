@@ -25,6 +25,11 @@ type sandboxRelaySpec struct {
 	Stats    bool           // write the counters at the end
 	Procs    int            // GOMAXPROCS, 0 for Go's default
 	Profiles [2]string      // CPU profile and execution trace files, "" for none
+	// Watch: the relay's last descriptor is a namespace watch
+	// (openNSWatch), for WatchName ("" for a pidfd); the relay stops,
+	// with status 0, once the namespace is gone.
+	Watch     bool
+	WatchName string
 }
 
 // confined is a sandbox served by a relay process for this one.
@@ -63,7 +68,19 @@ func (r *sandboxRun) startConfined(stderr io.Writer) (server, error) {
 	for i, fd := range dev.FDs {
 		files[i] = os.NewFile(uintptr(fd), "device")
 	}
-	p, err := startRelay(r.name, "sandbox", spec, files, r.sysmonTick, stderr)
+	if r.quitNetNS != "" || r.quitPID > 0 {
+		w, name, err := openNSWatch(r.quitNetNS, r.quitPID)
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			ns.Close()
+			return nil, err
+		}
+		files = append(files, w)
+		spec.Watch, spec.WatchName = true, name
+	}
+	p, err := startRelay(r.name, "sandbox", spec, files, relayOptions{sysmonTick: r.sysmonTick, stderr: stderr, detach: r.detach})
 	if err != nil {
 		ns.Close()
 		return nil, err
@@ -75,6 +92,13 @@ func (c *confined) device() string { return c.dev }
 
 func (c *confined) runCommand(cmd *exec.Cmd, started func(*os.Process)) error {
 	return c.ns.Run(cmd, started)
+}
+
+// release lets a detached relay go on serving alone, and the namespace
+// go from this process (the relay holds the device).
+func (c *confined) release() {
+	c.relayProc.release()
+	c.ns.Close()
 }
 
 // stop stops the relay, removes the API socket it could not, and lets
@@ -101,6 +125,22 @@ func sandboxRelay(js []byte, fds []int, ready func(func() error) error, stop <-c
 			syscall.Close(fd)
 		}
 		return fmt.Errorf("relay: its spec: %w", err)
+	}
+	var gone <-chan struct{}
+	if spec.Watch {
+		if len(fds) < 2 {
+			return fmt.Errorf("relay: a namespace watch and no device")
+		}
+		w, err := watchNS(fds[len(fds)-1], spec.WatchName)
+		fds = fds[:len(fds)-1]
+		if err != nil {
+			for _, fd := range fds {
+				syscall.Close(fd)
+			}
+			return err
+		}
+		defer w.close()
+		gone = w.gone
 	}
 	spec.Device.FDs = fds
 	if spec.Procs > 0 {
@@ -150,6 +190,9 @@ func sandboxRelay(js []byte, fds []int, ready func(func() error) error, stop <-c
 	if err := ready(sb.Confine); err != nil {
 		return err
 	}
-	<-stop
+	select {
+	case <-stop:
+	case <-gone:
+	}
 	return nil
 }
