@@ -96,7 +96,7 @@ func Serve(c *Config, d Device) (*Sandbox, error) {
 		c.Close()
 	}
 	if !cfg.NoDNS {
-		s.dns = upstreams(cfg.DNSUpstream)
+		s.dns = DNSUpstreams(cfg.DNSUpstream)
 	}
 	if s.ep, err = tun.OpenFDs(d.FDs, &tun.Options{TAP: d.TAP, MTU: d.MTU, NoOffload: cfg.NoOffload}); err != nil {
 		closeFDs(d.FDs)
@@ -236,10 +236,11 @@ func (s *Sandbox) Close() error {
 	return s.closeErr
 }
 
-// upstreams picks the resolvers for DNS queries over IPv4 and IPv6: the
-// given one, or the host's first nameserver of each family (the other
-// family's if there is only one).
-func upstreams(given netip.AddrPort) [2]netip.AddrPort {
+// DNSUpstreams picks the resolvers a DNS relay sends the queries it gets
+// over IPv4 and IPv6 to: the given one, or the host's first nameserver of
+// each family in /etc/resolv.conf (the other family's if there is only
+// one). An invalid address means none was found.
+func DNSUpstreams(given netip.AddrPort) [2]netip.AddrPort {
 	if given.IsValid() {
 		return [2]netip.AddrPort{given, given}
 	}
