@@ -214,6 +214,11 @@ func childMain(mode string, args []string) (string, error) {
 	case "exit":
 		n, _ := strconv.Atoi(arg(0))
 		return "", exitCode(n)
+	case "wgserver", "wgclient": // scripts/wg.sh's (wgbench_test.go)
+		if mode == "wgserver" {
+			return wgServerChild(args)
+		}
+		return wgClientChild(args)
 	}
 	return "", fmt.Errorf("unknown mode %q", mode)
 }

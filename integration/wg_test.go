@@ -12,6 +12,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -43,6 +44,8 @@ var (
 	wgPeerAddr = netip.MustParsePrefix("198.19.100.2/24")
 	wgDNSAddr  = netip.MustParseAddr("198.19.100.53")
 	wgFarAddr  = netip.MustParsePrefix("198.18.60.1/32")
+	// wgClientAddr is the benchmark client's tunnel address.
+	wgClientAddr = netip.MustParseAddr("198.19.100.3")
 )
 
 // Fixed ports, below 32768, in namespaces of the test's own.
@@ -55,6 +58,7 @@ const (
 	wgLUDPPort  = 21083
 	wgPFwdPort  = 21084
 	wgEchoPort  = 7000
+	wgBenchPort = 5300
 )
 
 // buildWireguardGo builds the wireguard-go program from the module the
@@ -372,6 +376,49 @@ func TestWG(t *testing.T) {
 		require.NoError(t, pc.SetDeadline(time.Now().Add(30*time.Second)))
 		require.NoError(t, xfer.RoundTrip(pc, pc, bytes.Repeat([]byte("through -p "), 10000)))
 		pc.Close()
+	})
+
+	t.Run("benchmark client", func(t *testing.T) {
+		// scripts/wg.sh's client, with either netstack, against the same
+		// peer, to a server behind it.
+		clientPriv, clientPub := wgKeys(t)
+		_, err := peer.in("wg", "set", peer.iface, "peer", clientPub, "allowed-ips", wgClientAddr.String()+"/32")
+		require.NoError(t, err)
+		server := netip.AddrPortFrom(wgPeerAddr.Addr(), wgBenchPort)
+		srv := childCmd(t, []string{"ip", "netns", "exec", peerNS.Name}, "wgserver", server.String())
+		srvOut, err := srv.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, srv.Start())
+		defer func() { srv.Process.Kill(); srv.Wait() }()
+		line, err := bufio.NewReader(srvOut).ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, "ready\n", line)
+		for _, stack := range []string{"wgnet", "netstack"} {
+			for _, test := range []string{"download", "upload", "rr"} {
+				n := "1048576"
+				if test == "rr" {
+					n = "100"
+				}
+				cl := childCmd(t, []string{"ip", "netns", "exec", exitNS.Name}, "wgclient", "-stack", stack, "-key", clientPriv, "-peer", peerPub,
+					"-endpoint", netip.AddrPortFrom(wgVethPeer.Addr(), wgPeerPort).String(), "-addr", wgClientAddr.String(), "-server", server.String(), "-test", test, "-n", n)
+				out, err := cl.Output()
+				require.NoError(t, err, "%s %s", stack, test)
+				var res struct {
+					Stack      string  `json:"stack"`
+					Bytes      int64   `json:"bytes"`
+					RoundTrips int     `json:"round_trips"`
+					Seconds    float64 `json:"seconds"`
+				}
+				require.NoError(t, json.Unmarshal(out, &res), "%s", out)
+				require.Equal(t, stack, res.Stack)
+				if test == "rr" {
+					require.Equal(t, 100, res.RoundTrips)
+				} else {
+					require.Equal(t, int64(1<<20), res.Bytes)
+				}
+				require.Positive(t, res.Seconds)
+			}
+		}
 	})
 
 	t.Run("confined", func(t *testing.T) {

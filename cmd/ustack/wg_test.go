@@ -435,10 +435,15 @@ func TestWGExitNodeInProcess(t *testing.T) {
 	privExit, pubExit := wgKey(t)
 	privClient, pubClient := wgKey(t)
 	exitAddr, clientAddr := netip.MustParseAddr("198.19.9.1"), netip.MustParseAddr("198.19.9.2")
-	conf := fmt.Sprintf("[Interface]\nPrivateKey = %s\nAddress = %s/24\n\n[Peer]\nPublicKey = %s\nAllowedIPs = %s/32\n", privExit, exitAddr, pubClient, clientAddr)
-	path := writeConf(t, t.TempDir(), "exit.conf", conf)
+	exitAddr6, clientAddr6 := netip.MustParseAddr("fd00:19:9::1"), netip.MustParseAddr("fd00:19:9::2")
+	conf := fmt.Sprintf("[Interface]\nPrivateKey = %s\nAddress = %s/24, %s/64\n\n[Peer]\nPublicKey = %s\nAllowedIPs = %s/32, %s/128\n",
+		privExit, exitAddr, exitAddr6, pubClient, clientAddr, clientAddr6)
+	dir := t.TempDir()
+	path := writeConf(t, dir, "exit.conf", conf)
+	api := filepath.Join(dir, "api.sock")
 	var stderr bytes.Buffer
-	r, _, ok := parseWG([]string{"-config", path, "-allow-host-loopback", "-stats", "-p", "127.0.0.1:0:" + clientAddr.String() + ":7"}, &stderr)
+	r, _, ok := parseWG([]string{"-config", path, "-allow-host-loopback", "-stats", "-p", "127.0.0.1:0:" + clientAddr.String() + ":7",
+		"-metrics", "127.0.0.1:0", "-api-socket", api}, &stderr)
 	require.True(t, ok, "%s", stderr.String())
 
 	hl, err := net.Listen("tcp", "127.0.0.1:0")
@@ -455,12 +460,12 @@ func TestWGExitNodeInProcess(t *testing.T) {
 	defer w.close()
 	port, _ := wgDeviceState(w.dev)
 
-	tdev, cnet, err := wgnet.CreateNetTUN([]netip.Addr{clientAddr}, nil, 1420)
+	tdev, cnet, err := wgnet.CreateNetTUN([]netip.Addr{clientAddr, clientAddr6}, nil, 1420)
 	require.NoError(t, err)
 	cdev := device.NewDevice(tdev, conn.NewStdNetBind(), &device.Logger{Verbosef: device.DiscardLogf, Errorf: device.DiscardLogf})
 	defer cdev.Close()
 	b64hex := func(s string) string { b, _ := base64.StdEncoding.DecodeString(s); return hex.EncodeToString(b) }
-	require.NoError(t, cdev.IpcSet(fmt.Sprintf("private_key=%s\npublic_key=%s\nendpoint=127.0.0.1:%d\nallowed_ip=0.0.0.0/0\n", b64hex(privClient), b64hex(pubExit), port)))
+	require.NoError(t, cdev.IpcSet(fmt.Sprintf("private_key=%s\npublic_key=%s\nendpoint=127.0.0.1:%d\nallowed_ip=0.0.0.0/0\nallowed_ip=::/0\n", b64hex(privClient), b64hex(pubExit), port)))
 	require.NoError(t, cdev.Up())
 	cl, err := cnet.ListenTCPAddrPort(netip.AddrPortFrom(netip.Addr{}, 7))
 	require.NoError(t, err)
@@ -486,6 +491,50 @@ func TestWGExitNodeInProcess(t *testing.T) {
 	require.NoError(t, xfer.RoundTrip(f, f, []byte("forwarded")))
 	f.Close()
 
+	// IPv6: the host's ::1 through the exit node's IPv6 address.
+	h6, err := net.Listen("tcp", "[::1]:0")
+	require.NoError(t, err)
+	defer h6.Close()
+	go xfer.EchoStreams(h6)
+	c6, err := cnet.DialContext(ctx, "tcp", netip.AddrPortFrom(exitAddr6, uint16(h6.Addr().(*net.TCPAddr).Port)).String())
+	require.NoError(t, err)
+	require.NoError(t, c6.SetDeadline(time.Now().Add(30*time.Second)))
+	require.NoError(t, xfer.RoundTrip(c6, c6, []byte("over ipv6")))
+	c6.Close()
+
+	// The API adds a forward to the client's service, lists and removes it.
+	apiCall := func(req string) string {
+		a, err := net.Dial("unix", api)
+		require.NoError(t, err)
+		defer a.Close()
+		_, err = io.WriteString(a, req)
+		require.NoError(t, err)
+		require.NoError(t, a.(*net.UnixConn).CloseWrite())
+		b, err := io.ReadAll(a)
+		require.NoError(t, err)
+		return string(b)
+	}
+	require.Contains(t, apiCall(`{"execute": "add_hostfwd", "arguments": {"proto": "tcp", "host_addr": "127.0.0.1", "host_port": 0, "guest_port": 7}}`), "guest_addr: required")
+	require.Contains(t, apiCall(`{"execute": "add_hostfwd", "arguments": {"proto": "tcp", "host_addr": "127.0.0.1", "host_port": 0, "guest_addr": "198.19.9.99", "guest_port": 7}}`), "no peer's AllowedIPs covers")
+	require.Equal(t, `{"return":{"id":1}}`, apiCall(`{"execute": "add_hostfwd", "arguments": {"proto": "tcp", "host_addr": "127.0.0.1", "host_port": 0, "guest_addr": "`+clientAddr.String()+`", "guest_port": 7}}`))
+	list := w.pf.List()
+	require.Len(t, list, 1)
+	require.Contains(t, apiCall(`{"execute": "list_hostfwd"}`), `"guest_addr":"198.19.9.2","guest_port":7`)
+	af, err := net.Dial("tcp", list[0].Addr.String())
+	require.NoError(t, err)
+	require.NoError(t, af.SetDeadline(time.Now().Add(30*time.Second)))
+	require.NoError(t, xfer.RoundTrip(af, af, []byte("through the API's forward")))
+	af.Close()
+	require.Equal(t, `{"return":{}}`, apiCall(`{"execute": "remove_hostfwd", "arguments": {"id": 1}}`))
+
+	// The metrics count the relay's flows.
+	resp, err := http.Get("http://" + w.prom.Addr() + "/metrics")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(body), `ustack_tun_flows_opened_total{proto="tcp"}`)
+
 	// A flow to another address in the tunnel is refused, not relayed
 	// to the host's network.
 	_, err = cnet.DialContext(ctx, "tcp", "198.19.9.77:80")
@@ -495,8 +544,8 @@ func TestWGExitNodeInProcess(t *testing.T) {
 	out := stderr.String()
 	require.NotContains(t, out, privExit)
 	require.Contains(t, out, "the host's loopback at 198.19.9.1")
-	require.Contains(t, out, "tcp flows 2 (now 0), udp mappings 1")
-	require.Contains(t, out, "port forwards 1 (failed 0)")
+	require.Contains(t, out, "tcp flows 4 (now 0), udp mappings 1")
+	require.Contains(t, out, "port forwards 2 (failed 0)")
 	require.Contains(t, out, "refused: denied 1")
 	require.Contains(t, out, "peer "+pubClient+": endpoint 127.0.0.1:")
 }

@@ -39,7 +39,7 @@ type wgServer struct {
 	lf     *sandbox.PortForwarder // -L, through the tunnel
 	socks  *socksServer
 	http   *httpProxy
-	undo   []func() // in reverse order at close, before the device
+	prom   *metrics.Server
 }
 
 // startWG opens everything s asks for, in this process: the device and
@@ -139,11 +139,10 @@ func startWG(s *wgSpec, stderr io.Writer) (w *wgServer, err error) {
 		notes = append(notes, fmt.Sprintf("HTTP proxy into the tunnel at %s%s", ln.Addr(), authNote(s.Auth)))
 	}
 	if s.Metrics != "" {
-		m, err := metrics.Serve(s.Metrics, metrics.NewFunc(sandbox.StatsMetrics(w.stats)), metrics.NewStack(tnet.Stack()))
-		if err != nil {
+		if w.prom, err = metrics.Serve(s.Metrics, metrics.NewFunc(sandbox.StatsMetrics(w.stats)), metrics.NewStack(tnet.Stack())); err != nil {
 			return nil, err
 		}
-		w.undo = append(w.undo, func() { m.Close() })
+		notes = append(notes, fmt.Sprintf("Prometheus metrics at http://%s/metrics", w.prom.Addr()))
 	}
 	if s.API != "" {
 		// API forwards go as -p's do, through the relay, or as -L's
@@ -176,16 +175,17 @@ func (w *wgServer) confine() error {
 // close stops everything, the device last (it closes the stack), and
 // writes the counters if asked. Idempotent.
 func (w *wgServer) close() {
+	// Both idempotent; their counters stay readable for writeStats.
 	if w.socks != nil {
 		w.socks.Close()
 	}
 	if w.http != nil {
 		w.http.Close()
 	}
-	for i := len(w.undo) - 1; i >= 0; i-- {
-		w.undo[i]()
+	if w.prom != nil {
+		w.prom.Close()
+		w.prom = nil
 	}
-	w.undo = nil
 	if w.fw != nil {
 		w.fw.Close() // aborts every relayed flow, -p's too
 	}
