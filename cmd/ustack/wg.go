@@ -34,6 +34,8 @@ type wgRun struct {
 	// otherwise this process serves, unconfined.
 	confine bool
 	procs   int
+	// warnings are said at start: what is allowed but unwise.
+	warnings []string
 }
 
 // wgSpec is what ustack wg serves, checked: what the supervisor hands its
@@ -174,6 +176,10 @@ Flags:
 	b, err := os.ReadFile(*config)
 	if err != nil {
 		return usage("-config: %v", err)
+	}
+	if fi, err := os.Stat(*config); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		// As wg-quick warns: the file holds the private key.
+		r.warnings = append(r.warnings, fmt.Sprintf("%s is accessible to other users (mode %04o), and it holds the private key: chmod 600 it", *config, fi.Mode().Perm()))
 	}
 	conf, err := wgconf.Parse(b)
 	if err != nil {
@@ -451,6 +457,9 @@ func splitColons(s string) ([]string, bool) {
 // unconfined, this process does.
 func (r *wgRun) run(stderr io.Writer) int {
 	name := r.spec.Name
+	for _, w := range r.warnings {
+		fmt.Fprintf(stderr, "%s: %s\n", name, w)
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)

@@ -79,6 +79,8 @@ Endpoint = localhost:51820
 	noAddr := writeConf(t, dir, "noaddr.conf", "[Interface]\nPrivateKey = "+priv+"\n[Peer]\nPublicKey = "+peerPub+"\n")
 	badMTU := writeConf(t, dir, "mtu.conf", "[Interface]\nPrivateKey = "+priv+"\nAddress = 198.19.0.1/24\nMTU = 1000\n[Peer]\nPublicKey = "+peerPub+"\n")
 	auth := writeConf(t, dir, "auth", "user:secret-pass\n")
+	open := writeConf(t, dir, "open.conf", "[Interface]\nPrivateKey = "+priv+"\nAddress = 198.19.0.1/24\n[Peer]\nPublicKey = "+peerPub+"\n")
+	require.NoError(t, os.Chmod(open, 0o644))
 	badAuth := writeConf(t, dir, "badauth", "no colon\n")
 
 	for _, tc := range []struct {
@@ -113,6 +115,7 @@ Endpoint = localhost:51820
 			require.True(t, ok, "the relay gets an address: %v", c.Peers[0].Endpoint)
 			require.True(t, ap.Addr().IsLoopback())
 		}},
+		{"world-readable", []string{"-config", open}, "", func(t *testing.T, s wgSpec) {}},
 		{"no config", nil, "-config FILE is required", nil},
 		{"missing file", []string{"-config", filepath.Join(dir, "nope")}, "no such file", nil},
 		{"argument", []string{"-config", exit, "extra"}, `unexpected argument "extra"`, nil},
@@ -149,6 +152,12 @@ Endpoint = localhost:51820
 				require.True(t, ok, "%s", stderr.String())
 				require.Equal(t, "ustack wg", r.spec.Name)
 				tc.spec(t, r.spec)
+				if tc.name == "world-readable" {
+					require.Len(t, r.warnings, 1)
+					require.Contains(t, r.warnings[0], "chmod 600")
+				} else {
+					require.Empty(t, r.warnings)
+				}
 				return
 			}
 			require.False(t, ok)
@@ -459,6 +468,14 @@ func TestWGExitNodeInProcess(t *testing.T) {
 	require.NoError(t, err)
 	defer w.close()
 	port, _ := wgDeviceState(w.dev)
+
+	// A second endpoint on the same port fails cleanly, closing what it
+	// opened.
+	busy := writeConf(t, dir, "busy.conf", strings.Replace(conf, "[Interface]\n", fmt.Sprintf("[Interface]\nListenPort = %d\n", port), 1))
+	r2, _, ok := parseWG([]string{"-config", busy, "-seccomp=false"}, io.Discard)
+	require.True(t, ok)
+	_, err = startWG(&r2.spec, io.Discard)
+	require.ErrorContains(t, err, fmt.Sprintf("open the WireGuard UDP sockets on port %d", port))
 
 	tdev, cnet, err := wgnet.CreateNetTUN([]netip.Addr{clientAddr, clientAddr6}, nil, 1420)
 	require.NoError(t, err)

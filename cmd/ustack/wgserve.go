@@ -46,12 +46,12 @@ type wgServer struct {
 // its UDP sockets, the stack, the relay, the listeners, the metrics and
 // the API socket; what it returns serves until close. What it cannot
 // open is an error, with everything opened so far closed.
-func startWG(s *wgSpec, stderr io.Writer) (w *wgServer, err error) {
+func startWG(s *wgSpec, stderr io.Writer) (_ *wgServer, err error) {
 	conf, err := wgconf.Parse(s.Config)
 	if err != nil {
 		return nil, err
 	}
-	w = &wgServer{spec: s, stderr: stderr}
+	w := &wgServer{spec: s, stderr: stderr}
 	defer func() {
 		if err != nil {
 			w.close()
