@@ -241,7 +241,17 @@ Flags:
 	if err := checkWGPorts(conf, s); err != nil {
 		return usage("%v", err)
 	}
-	if *relay && len(conf.Interface.DNS) > 0 {
+	if !*relay {
+		// What only the relay uses is refused without it, rather than
+		// ignored.
+		for _, f := range []string{"allow", "deny", "dns-upstream", "max-flows", "max-tcp", "max-udp", "max-half-open"} {
+			if setFlag(fs, f) {
+				return usage("-%s: it applies to the relay, which -relay=false turns off", f)
+			}
+		}
+	} else {
+		// The DNS service's upstream, which the client side also
+		// resolves through.
 		switch *upstream {
 		case "off":
 		case "":
@@ -317,9 +327,38 @@ func checkWGPorts(c *wgconf.Config, s *wgSpec) error {
 			}
 		}
 	}
+	// Each listener's address once: a second would fail at start.
+	type listener struct {
+		udp  bool
+		addr netip.AddrPort
+	}
+	seen := map[listener]string{}
+	taken := func(what string, l listener) error {
+		if l.addr.Port() == 0 {
+			return nil
+		}
+		if first, ok := seen[l]; ok {
+			return fmt.Errorf("%s: %v is taken by %s already", what, l.addr, first)
+		}
+		seen[l] = what
+		return nil
+	}
+	for _, l := range []struct {
+		flag string
+		fs   []sandbox.HostForward
+	}{{"-p", s.Forwards}, {"-L", s.Locals}} {
+		for _, f := range l.fs {
+			if err := taken(l.flag+" "+f.String(), listener{f.UDP, f.Host}); err != nil {
+				return err
+			}
+		}
+	}
 	for _, l := range []struct{ flag, v string }{{"-socks", s.SOCKS}, {"-http", s.HTTP}, {"-metrics", s.Metrics}} {
 		if ap, err := netip.ParseAddrPort(l.v); err == nil {
 			if err := check(l.flag, ap.Port()); err != nil {
+				return err
+			}
+			if err := taken(l.flag, listener{false, ap}); err != nil {
 				return err
 			}
 		}

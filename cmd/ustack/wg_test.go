@@ -143,6 +143,10 @@ Endpoint = localhost:51820
 		{"loopback without relay", []string{"-config", exit, "-relay=false", "-allow-host-loopback"}, "-relay=false turns off", nil},
 		{"loopback and DNS", []string{"-config", named, "-allow-host-loopback"}, "DNS 198.19.100.1 is also an address of this endpoint's", nil},
 		{"dns upstream", []string{"-config", exit, "-dns-upstream", "x:y"}, `-dns-upstream "x:y"`, nil},
+		{"allow without relay", []string{"-config", exit, "-relay=false", "-allow", "198.18.0.0/15"}, "-allow: it applies to the relay", nil},
+		{"limit without relay", []string{"-config", exit, "-relay=false", "-max-tcp", "5"}, "-max-tcp: it applies to the relay", nil},
+		{"port twice", []string{"-config", exit, "-relay=false", "-L", "2000:h.test:1", "-socks", "127.0.0.1:2000"}, "-socks: 127.0.0.1:2000 is taken by -L 127.0.0.1:2000->h.test:1 already", nil},
+		{"udp and tcp", []string{"-config", exit, "-relay=false", "-L", "2000:h.test:1", "-L", "2000:h.test:1/udp"}, "", func(t *testing.T, s wgSpec) { require.Len(t, s.Locals, 2) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
