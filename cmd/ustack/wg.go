@@ -68,6 +68,9 @@ type wgSpec struct {
 	Stats       bool   // write the counters at the end
 	Verbose     bool   // wireguard-go's verbose log
 	Procs       int    // GOMAXPROCS in the relay, 0 for Go's default
+	// Profiles are the CPU profile's and the execution trace's files
+	// ("" for none), written by the serving process.
+	Profiles [2]string
 }
 
 func wgMain(args []string, stdout, stderr io.Writer) int {
@@ -106,6 +109,8 @@ func parseWG(args []string, stderr io.Writer) (r wgRun, status int, ok bool) {
 		confine    = fs.Bool("seccomp", true, "serve from a relay process of its own, isolated (an empty root) and confined once it has opened its sockets: a seccomp allow-list (a denied system call fails with EPERM), no_new_privs, capabilities dropped; false serves from this process, unconfined")
 		procs      = fs.Int("procs", 0, "CPUs ustack runs on at once (GOMAXPROCS); 0: Go's default (every CPU, or $GOMAXPROCS): wireguard-go encrypts and decrypts on every CPU it has")
 		verbose    = fs.Bool("verbose", false, "log wireguard-go's handshakes and other events")
+		cpuProfile = fs.String("cpuprofile", "", "write a CPU profile of the serving process to this file")
+		traceFile  = fs.String("trace", "", "write an execution trace of the serving process (go tool trace) to this file")
 	)
 	fs.Var(&allow, "allow", "CIDR the peers may reach through the relay; repeatable; with any, nothing else is reachable")
 	fs.Var(&deny, "deny", "CIDR the peers may not reach; repeatable; wins over -allow")
@@ -147,6 +152,7 @@ Flags:
 	s.UDPIdleTimeout, s.ConnectTimeout = *udpIdle, *connTO
 	s.SOCKS, s.HTTP, s.API, s.Metrics = *socks, *httpAddr, *apiSocket, *metricsAt
 	s.Stats, s.Verbose, s.Procs = *printStats, *verbose, *procs
+	s.Profiles = [2]string{*cpuProfile, *traceFile}
 	r.confine, r.procs = *confine, *procs
 	for _, l := range []struct {
 		name string

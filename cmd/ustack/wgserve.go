@@ -40,6 +40,8 @@ type wgServer struct {
 	socks  *socksServer
 	http   *httpProxy
 	prom   *metrics.Server
+	// stopProfiles stops the CPU profile and trace (startProfiles).
+	stopProfiles func()
 }
 
 // startWG opens everything s asks for, in this process: the device and
@@ -57,6 +59,9 @@ func startWG(s *wgSpec, stderr io.Writer) (_ *wgServer, err error) {
 			w.close()
 		}
 	}()
+	if w.stopProfiles, err = startProfiles(s.Profiles[0], s.Profiles[1]); err != nil {
+		return nil, err
+	}
 	mtu := conf.Interface.MTU
 	if mtu == 0 {
 		mtu = defaultWGMTU
@@ -200,6 +205,10 @@ func (w *wgServer) close() {
 		}
 		w.dev.Close() // closes the TUN and the stack behind it
 		w.dev = nil
+	}
+	if w.stopProfiles != nil {
+		w.stopProfiles()
+		w.stopProfiles = nil
 	}
 }
 
