@@ -331,6 +331,14 @@ func sumOf(t *testing.T, r io.Reader) string {
 // it, and keeps it.
 type nsDialer struct{ ns *netns.NS }
 
+// Dial dials from the namespace, within 10 s: x/net/proxy's SOCKS5
+// client takes a Dial.
+func (d *nsDialer) Dial(network, address string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return d.DialContext(ctx, network, address)
+}
+
 // DialContext dials from the namespace.
 func (d *nsDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	var c net.Conn

@@ -31,6 +31,7 @@ import (
 
 	"github.com/ustack-dev/ustack/forward"
 	"github.com/ustack-dev/ustack/internal/dnstest"
+	"github.com/ustack-dev/ustack/internal/netns"
 	"github.com/ustack-dev/ustack/internal/netns/netnstest"
 	"github.com/ustack-dev/ustack/internal/xfer"
 	"github.com/ustack-dev/ustack/sandbox"
@@ -214,6 +215,11 @@ func childMain(mode string, args []string) (string, error) {
 	case "exit":
 		n, _ := strconv.Atoi(arg(0))
 		return "", exitCode(n)
+	case "wgserver", "wgclient": // scripts/wg.sh's (wgbench_test.go)
+		if mode == "wgserver" {
+			return wgServerChild(args)
+		}
+		return wgClientChild(args)
 	}
 	if f := childModes[mode]; f != nil {
 		return f(args)
@@ -288,6 +294,13 @@ type hostServices struct {
 }
 
 func startHostServices(tb testing.TB, ip netip.Addr) *hostServices {
+	return startHostServicesIn(tb, nil, ip)
+}
+
+// startHostServicesIn is startHostServices with the services' sockets
+// opened in ns (nil: this process's namespace), so that they are a
+// namespace's host services.
+func startHostServicesIn(tb testing.TB, ns *netns.NS, ip netip.Addr) *hostServices {
 	var closers []func()
 	var wg sync.WaitGroup
 	var once sync.Once
@@ -300,11 +313,28 @@ func startHostServices(tb testing.TB, ip netip.Addr) *hostServices {
 		})
 	}}
 	tb.Cleanup(hs.close)
+	in := func(f func() error) error {
+		if ns == nil {
+			return f()
+		}
+		return ns.Do(f)
+	}
 	listen := func() net.Listener {
-		ln, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
-		require.NoError(tb, err)
+		var ln net.Listener
+		require.NoError(tb, in(func() (err error) {
+			ln, err = net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
+			return err
+		}))
 		closers = append(closers, func() { ln.Close() })
 		return ln
+	}
+	listenPacket := func(ip netip.Addr) net.PacketConn {
+		var pc net.PacketConn
+		require.NoError(tb, in(func() (err error) {
+			pc, err = net.ListenPacket("udp", netip.AddrPortFrom(ip, 0).String())
+			return err
+		}))
+		return pc
 	}
 	// HTTP: /bytes/N serves N pattern bytes.
 	hl := listen()
@@ -332,8 +362,7 @@ func startHostServices(tb testing.TB, ip netip.Addr) *hostServices {
 		io.Copy(c, serve.Pattern(n))
 	})
 	// UDP echo.
-	pc, err := net.ListenPacket("udp", netip.AddrPortFrom(ip, 0).String())
-	require.NoError(tb, err)
+	pc := listenPacket(ip)
 	hs.udp = pc.LocalAddr().(*net.UDPAddr).AddrPort()
 	wg.Add(1)
 	go func() {
@@ -342,8 +371,7 @@ func startHostServices(tb testing.TB, ip netip.Addr) *hostServices {
 	}()
 	closers = append(closers, func() { pc.Close() })
 	// DNS: answers A and AAAA for dnsName.
-	dc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	require.NoError(tb, err)
+	dc := listenPacket(netip.AddrFrom4([4]byte{127, 0, 0, 1}))
 	hs.dns = dc.LocalAddr().(*net.UDPAddr).AddrPort()
 	dns := dnstest.New(dnsZone)
 	dns.ServePacket(dc)

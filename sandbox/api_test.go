@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -45,8 +46,13 @@ func TestAPIForward(t *testing.T) {
 		{apiAddArgs{Proto: "tcp", HostAddr: "127.0.0.1", HostPort: 1, GuestAddr: "10.0.2.100", GuestPort: 2}, "bad arguments.guest_addr"},
 		{apiAddArgs{Proto: "tcp", HostAddr: "127.0.0.1", HostPort: 1, GuestAddr: a6, GuestPort: 2}, "bad arguments.guest_addr"},
 	} {
-		f, err := s.apiForward(tc.args)
-		got := f.String()
+		var got string
+		r, err := parseHostfwd(tc.args)
+		if err == nil {
+			var f PortForward
+			f, err = s.apiForward(r)
+			got = f.String()
+		}
 		if err != nil {
 			got = err.Error()
 		}
@@ -65,6 +71,11 @@ func TestAPIAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &Sandbox{cfg: cfg}
+	p, err := NewPortForwarder(&PortForwarderOptions{Dial: (&net.Dialer{}).DialContext})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
 	for req, want := range map[string]string{
 		`badjson`:                       `{"error":{"desc":"bad request: cannot parse JSON`,
 		`{"unexpectedjson": 42}`:        `{"error":{"desc":"bad request: no execute found"}}`,
@@ -75,7 +86,7 @@ func TestAPIAnswer(t *testing.T) {
 		`{"execute": "add_hostfwd", "arguments": {"proto": "bad"}}`:      `{"error":{"desc":"bad request: add_hostfwd: bad arguments.proto`,
 		`{"execute": "add_hostfwd", "arguments": {"host_port": "8080"}}`: `{"error":{"desc":"bad request: add_hostfwd: bad arguments`,
 	} {
-		b, err := json.Marshal(s.apiAnswer(strings.NewReader(req)))
+		b, err := json.Marshal(p.apiAnswer(strings.NewReader(req), s.hostfwdAPI()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,11 +108,11 @@ func TestAPIEntry(t *testing.T) {
 		a4, a6 := cfg.Addr4.Addr().String(), cfg.Addr6.Addr().String()
 		for _, tc := range []struct {
 			host string
-			want apiEntry
+			want HostfwdEntry
 		}{
-			{"0.0.0.0", apiEntry{HostAddr: "0.0.0.0", HostAddr6: "::", GuestAddr: a4, GuestAddr6: a6}},
-			{"127.0.0.1", apiEntry{HostAddr: "127.0.0.1", GuestAddr: a4}},
-			{"::1", apiEntry{HostAddr6: "::1", GuestAddr6: a6}},
+			{"0.0.0.0", HostfwdEntry{HostAddr: "0.0.0.0", HostAddr6: "::", GuestAddr: a4, GuestAddr6: a6}},
+			{"127.0.0.1", HostfwdEntry{HostAddr: "127.0.0.1", GuestAddr: a4}},
+			{"::1", HostfwdEntry{HostAddr6: "::1", GuestAddr6: a6}},
 		} {
 			if noIPv6 {
 				if tc.host == "::1" {
@@ -111,7 +122,7 @@ func TestAPIEntry(t *testing.T) {
 			}
 			tc.want.ID, tc.want.Proto, tc.want.HostPort, tc.want.GuestPort = 3, "udp", 4000, 53
 			f := PortForward{UDP: true, Host: netip.AddrPortFrom(netip.MustParseAddr(tc.host), 0), Port: 53}
-			got := s.apiEntry(PortForwardInfo{ID: 3, PortForward: f, Addr: netip.AddrPortFrom(f.Host.Addr(), 4000)})
+			got := s.apiEntry(f, HostfwdEntry{ID: 3, Proto: "udp", HostPort: 4000, GuestPort: 53})
 			if got != tc.want {
 				t.Errorf("IPv6 off %v, host %s: got %+v, want %+v", noIPv6, tc.host, got, tc.want)
 			}
@@ -127,7 +138,12 @@ func TestServeAPI(t *testing.T) {
 	cfg, err := Config{}.normalize()
 	require.NoError(t, err)
 	s := &Sandbox{cfg: cfg}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	// Forwards that nothing connects to need no Forwarder behind them:
+	// a dial that is never called stands in.
+	s.pf, err = NewPortForwarder(&PortForwarderOptions{Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
+		return nil, errors.New("not dialled in this test")
+	}})
+	require.NoError(t, err)
 	sock := filepath.Join(t.TempDir(), "api.sock")
 	require.NoError(t, s.ServeAPI(sock))
 	call := func(req string) map[string]any {

@@ -21,10 +21,16 @@ var (
 // Metrics describes s's counters (Stats) for an exporter, read fresh on
 // each export: metrics.NewFunc(s.Metrics()) makes it a Prometheus
 // collector, without this package importing Prometheus.
-func (s *Sandbox) Metrics() family.Source {
+func (s *Sandbox) Metrics() family.Source { return StatsMetrics(s.Stats) }
+
+// StatsMetrics describes the counters stats returns, read fresh on each
+// export, as the ustack_tun_* families: a sandbox's (Sandbox.Metrics), or
+// those of another relay built on a Forwarder and a PortForwarder
+// (ustack wg's).
+func StatsMetrics(stats func() Stats) family.Source {
 	fams := []*family.Family{flowsFamily, openedFamily, halfFamily, bytesFamily, udpPktFamily, pingFamily, refusedFamily, eventFamily}
 	return family.Source{Families: fams, Collect: func(emit family.Emit) {
-		st := s.Stats()
+		st := stats()
 		n := func(f *family.Family, v uint64, l ...string) { emit(f, float64(v), l...) }
 		emit(flowsFamily, float64(st.TCPFlows), "tcp")
 		emit(flowsFamily, float64(st.UDPFlows), "udp")

@@ -12,9 +12,9 @@ import (
 )
 
 func TestCollector(t *testing.T) {
-	s := &Sandbox{}
-	s.c.fwdConns.Add(2)
-	s.c.fwdFailed.Add(1)
+	s := &Sandbox{pf: &PortForwarder{}}
+	s.pf.conns.Add(2)
+	s.pf.failed.Add(1)
 	c := metrics.NewFunc(s.Metrics())
 	// flows 2, half-open 1, opened 2, bytes 4, datagrams 2, echo 2, one
 	// refusal series per reason, events 6.

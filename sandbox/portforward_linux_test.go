@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/netip"
@@ -42,12 +41,13 @@ func newForwardEnv(t testing.TB) *forwardEnv {
 	st, err := stack.New(&stack.Options{Transparent: true})
 	require.NoError(t, err)
 	s := &Sandbox{cfg: cfg, st: st}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
 	t.Cleanup(func() { s.Close() }) // closes st too
 	id, err = st.AddNIC(lb, nil)
 	require.NoError(t, err)
 	require.NoError(t, st.AddAddress(id, netip.PrefixFrom(cfg.Gateway4, cfg.Addr4.Bits())))
 	s.fw, err = forward.New(st, forward.Relay(&net.Dialer{}, policy(&cfg, s.dns)), nil)
+	require.NoError(t, err)
+	s.pf, err = NewPortForwarder(&PortForwarderOptions{Forwarder: s.fw})
 	require.NoError(t, err)
 	return &forwardEnv{s: s, inside: inside}
 }

@@ -2,10 +2,8 @@ package sandbox
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"strings"
@@ -36,7 +34,7 @@ type Sandbox struct {
 	st  *stack.Stack
 	nic tcpip.NICID
 	fw  *forward.Forwarder // the relay
-	c   counters
+	pf  *PortForwarder     // the port forwards, through the relay
 	// adv sends a TAP sandbox's router advertisements (nil: none);
 	// capture is Config.Capture's (nil: none).
 	adv     atomic.Pointer[advertiser]
@@ -45,16 +43,6 @@ type Sandbox struct {
 	// warnings say what the sandbox cannot do here (Warnings).
 	warnings []string
 
-	ctx    context.Context // cancelled by Close: ends port-forward connects
-	cancel context.CancelFunc
-
-	mu       sync.Mutex
-	closed   bool
-	closers  []io.Closer      // port-forward listeners
-	fwdAddrs []netip.AddrPort // where they listen
-	runtime  map[int]*runtimeForward
-	nextFwd  int            // the last ID AddPortForward gave
-	wg       sync.WaitGroup // the port forwards' goroutines
 	closeErr error
 	once     sync.Once
 }
@@ -97,9 +85,8 @@ func Serve(c *Config, d Device) (*Sandbox, error) {
 	}
 	s := &Sandbox{cfg: cfg}
 	if !cfg.NoDNS {
-		s.dns = upstreams(cfg.DNSUpstream)
+		s.dns = DNSUpstreams(cfg.DNSUpstream)
 	}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if s.ep, err = tun.OpenFDs(d.FDs, &tun.Options{TAP: d.TAP, MTU: d.MTU, NoOffload: cfg.NoOffload}); err != nil {
 		closeFDs(d.FDs)
 		s.Close()
@@ -197,6 +184,10 @@ func (s *Sandbox) buildStack() error {
 	if err != nil {
 		return fmt.Errorf("sandbox: %w", err)
 	}
+	s.pf, err = NewPortForwarder(&PortForwarderOptions{Forwarder: s.fw, ConnectTimeout: c.ConnectTimeout, UDPIdleTimeout: c.UDPIdleTimeout})
+	if err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -220,45 +211,23 @@ func (s *Sandbox) Config() Config { return s.cfg }
 // DNSUpstream returns where DNS queries go, per IP version of the query.
 func (s *Sandbox) DNSUpstream() (v4, v6 netip.AddrPort) { return s.dns[0], s.dns[1] }
 
-// begin registers a goroutine of ours, or reports that the sandbox is
-// closing.
-func (s *Sandbox) begin() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.wg.Add(1)
-	return true
-}
-
 // Close stops relaying, ends every flow (resetting open TCP connections),
 // removes the TUN device and, if New created it, lets the namespace go
 // once no process is left in it. It waits for every goroutine it started.
 // Idempotent.
 func (s *Sandbox) Close() error {
 	s.once.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		closers := s.closers
-		for _, rf := range s.runtime {
-			closers = append(closers, rf.c)
-		}
-		s.runtime = nil
-		s.mu.Unlock()
-		s.cancel()
 		var errs []error
-		for _, c := range closers {
-			if err := c.Close(); err != nil {
+		if s.fw != nil {
+			// Aborts every flow, port forwards' included, so that the
+			// forwards' goroutines end.
+			s.fw.Close()
+		}
+		if s.pf != nil {
+			if err := s.pf.Close(); err != nil {
 				errs = append(errs, err)
 			}
 		}
-		if s.fw != nil {
-			// Aborts every flow, port forwards' included, so their
-			// goroutines end.
-			s.fw.Close()
-		}
-		s.wg.Wait()
 		if a := s.adv.Load(); a != nil {
 			a.close()
 		}
@@ -277,10 +246,11 @@ func (s *Sandbox) Close() error {
 	return s.closeErr
 }
 
-// upstreams picks the resolvers for DNS queries over IPv4 and IPv6: the
-// given one, or the host's first nameserver of each family (the other
-// family's if there is only one).
-func upstreams(given netip.AddrPort) [2]netip.AddrPort {
+// DNSUpstreams picks the resolvers a DNS relay sends the queries it gets
+// over IPv4 and IPv6 to: the given one, or the host's first nameserver of
+// each family in /etc/resolv.conf (the other family's if there is only
+// one). An invalid address means none was found.
+func DNSUpstreams(given netip.AddrPort) [2]netip.AddrPort {
 	if given.IsValid() {
 		return [2]netip.AddrPort{given, given}
 	}

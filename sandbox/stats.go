@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"net/netip"
-	"sync/atomic"
 
 	"github.com/ustack-dev/ustack/forward"
 )
@@ -19,19 +18,14 @@ type Stats struct {
 	PortForwardFailed uint64
 }
 
-// counters are what the sandbox counts itself (the relay counts the
-// rest).
-type counters struct {
-	fwdConns, fwdFailed atomic.Uint64
-}
-
 // Stats returns the sandbox's counters.
 func (s *Sandbox) Stats() Stats {
 	var f forward.Stats
 	if s.fw != nil {
 		f = s.fw.Stats()
 	}
-	return Stats{Stats: f, PortForwardConns: s.c.fwdConns.Load(), PortForwardFailed: s.c.fwdFailed.Load()}
+	conns, failed := s.pf.Counts()
+	return Stats{Stats: f, PortForwardConns: conns, PortForwardFailed: failed}
 }
 
 // policy is the relay's policy for the sandbox's configuration: the

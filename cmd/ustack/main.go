@@ -1,8 +1,9 @@
 // Command ustack runs the ustack userspace network stack: `ustack bench`
 // measures it, `ustack serve` runs it as a host on a real interface or
-// TUN device, and `ustack tun` gives a command a network namespace whose
-// network is ustack, relaying its flows to host sockets. `ustack
-// slirp4netns` and `ustack pasta` (or ustack started under either name,
+// TUN device, `ustack tun` gives a command a network namespace whose
+// network is ustack, relaying its flows to host sockets, and `ustack wg`
+// is a WireGuard endpoint (an exit node, or a client with proxies into
+// the tunnel) with no root and no TUN device. `ustack slirp4netns` and `ustack pasta` (or ustack started under either name,
 // through a symlink) take those programs' command lines.
 package main
 
@@ -28,6 +29,11 @@ Usage:
   ustack tun [flags] -- CMD [ARGS...]
                          run CMD in a network namespace whose network is
                          ustack, relaying its flows to host sockets
+  ustack wg -config FILE [flags]
+                         a WireGuard endpoint with no root and no TUN
+                         device: an exit node relaying its peers' flows
+                         to host sockets, and SOCKS5/HTTP proxies and
+                         local forwards into the tunnel
   ustack slirp4netns [OPTION]... PID|PATH [TAPNAME]
   ustack pasta [OPTION]... [PID | --netns PATH | COMMAND [ARGS...]]
                          serve a namespace on slirp4netns's or pasta's
@@ -36,7 +42,7 @@ Usage:
                          name)
   ustack help [command]  show help
 
-Run 'ustack bench -h', 'ustack serve -h', 'ustack tun -h',
+Run 'ustack bench -h', 'ustack serve -h', 'ustack tun -h', 'ustack wg -h',
 'ustack slirp4netns --help' or 'ustack pasta --help' for a command's
 options.
 `
@@ -83,6 +89,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serveMain(args[1:], stdout, stderr)
 	case "tun":
 		return tunMain(args[1:], os.Stdin, stdout, stderr)
+	case "wg":
+		return wgMain(args[1:], stdout, stderr)
 	case "slirp4netns":
 		return slirp4netnsMain(append([]string{"ustack slirp4netns"}, args[1:]...), stdout, stderr)
 	case "pasta":
@@ -97,6 +105,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if len(args) > 1 && args[1] == "tun" {
 			return tunMain([]string{"-h"}, os.Stdin, stdout, stderr)
 		}
+		if len(args) > 1 && args[1] == "wg" {
+			return wgMain([]string{"-h"}, stdout, stderr)
+		}
 		if len(args) > 1 && args[1] == "slirp4netns" {
 			writeSlirp4netnsHelp(stdout, "ustack slirp4netns")
 			return 0
@@ -108,7 +119,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "ustack: unknown command %q: valid commands are bench, serve, tun, slirp4netns, pasta, help\n", args[0])
+		fmt.Fprintf(stderr, "ustack: unknown command %q: valid commands are bench, serve, tun, wg, slirp4netns, pasta, help\n", args[0])
 		return 2
 	}
 }

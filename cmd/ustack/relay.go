@@ -63,6 +63,7 @@ type relayFunc func(spec []byte, fds []int, ready func(confine func() error) err
 // relays are the kinds of relay this program serves.
 var relays = map[string]relayFunc{
 	"sandbox": sandboxRelay,
+	"wg":      wgRelay,
 }
 
 // relayOptions say how a relay is started.

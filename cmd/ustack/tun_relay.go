@@ -105,14 +105,20 @@ func (c *confined) release() {
 // the namespace go.
 func (c *confined) stop() {
 	c.relayProc.stop()
-	if c.api != "" {
-		// The relay closed its listener, but could not unlink the socket
-		// from a root it no longer sees.
-		if fi, err := os.Lstat(c.api); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			os.Remove(c.api)
-		}
-	}
+	removeRelaySocket(c.api)
 	c.ns.Close()
+}
+
+// removeRelaySocket removes the unix socket at path ("" for none) that a
+// stopped relay listened on: the relay closed its listener, but could
+// not unlink the socket from a root it no longer sees.
+func removeRelaySocket(path string) {
+	if path == "" {
+		return
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		os.Remove(path)
+	}
 }
 
 // sandboxRelay is a confined sandbox's relay: it serves the device it

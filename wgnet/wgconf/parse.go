@@ -104,7 +104,7 @@ func init() {
 					p.cfg.Interface.DNS = append(p.cfg.Interface.DNS, a)
 					return ""
 				}
-				if !validHostName(item) {
+				if !IsHostName(item) {
 					return "an item is neither an IP address (a server) nor a domain name (a search domain)"
 				}
 				p.cfg.Interface.DNSSearch = append(p.cfg.Interface.DNSSearch, item)
@@ -405,18 +405,19 @@ func parseEndpoint(v string) (Endpoint, string) {
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
 		host = a.String()
-	} else if !validHostName(host) {
+	} else if !IsHostName(host) {
 		return Endpoint{}, "the host is neither an IP address nor a host name"
 	}
 	return Endpoint{Host: host, Port: uint16(n)}, ""
 }
 
-// validHostName reports whether s is a DNS name: dot-separated labels of
-// letters, digits, hyphens and underscores, none empty (a final dot
-// aside) or longer than 63 bytes, 253 bytes in all, and a last label
-// that is not all digits (that would be an IPv4 address in some
-// resolver's shorthand).
-func validHostName(s string) bool {
+// IsHostName reports whether s is a DNS name, as an Endpoint's host and
+// a DNS search domain are (and the destination of ustack wg's forwards):
+// dot-separated labels of letters, digits, hyphens and underscores, none
+// empty (a final dot aside) or longer than 63 bytes, 253 bytes in all,
+// and a last label that is not all digits (that would be an IPv4 address
+// in some resolver's shorthand).
+func IsHostName(s string) bool {
 	s = strings.TrimSuffix(s, ".")
 	if s == "" || len(s) > 253 {
 		return false
