@@ -126,3 +126,14 @@ func (l *udpListener) ListenPacket(_ context.Context, network, address string) (
 	}
 	return pc, nil
 }
+
+// PingListener is what a dialer that makes no host sockets (a userspace
+// network's: a tunnel's stack) also implements to carry pings for Relay:
+// an ICMP echo socket of its network for network "ip4:icmp" or
+// "ip6:ipv6-icmp", with the semantics of Linux's ICMP datagram sockets
+// and of stack.Stack's echo sockets (ListenPacket "ip4:icmp"): it sets
+// the identifier of the echo requests written to it, reads the replies to
+// them ICMP header first, and takes and gives its peers as *net.IPAddr.
+type PingListener interface {
+	ListenPing(ctx context.Context, network string) (net.PacketConn, error)
+}

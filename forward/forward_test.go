@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/proxy"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	gstack "gvisor.dev/gvisor/pkg/tcpip/stack"
@@ -682,4 +683,65 @@ func recv[T any](t testing.TB, ch <-chan T, what string) T {
 	}
 	var zero T
 	return zero // not reached: Fatalf ends the test
+}
+
+// farNet is a dialer over a second userspace network (stack C, whose
+// peer D owns 203.0.113.5 and fd00:203::5): no host sockets, but echo
+// sockets of its own (PingListener), as a WireGuard tunnel's stack has.
+type farNet struct{ c *stack.Stack }
+
+func (n farNet) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	return n.c.DialContext(ctx, network, address)
+}
+
+func (n farNet) ListenPing(_ context.Context, network string) (net.PacketConn, error) {
+	if network == "ip6:ipv6-icmp" {
+		return n.c.ListenPacket(network, "::")
+	}
+	return n.c.ListenPacket(network, "0.0.0.0")
+}
+
+// TestRelayPingsThroughDialer: Relay over a dialer that makes no host
+// sockets sends pings through the dialer's own echo sockets
+// (PingListener): A pings D through B's relay and C, both families, and
+// OpenPing says pings are relayed; without the interface they are
+// refused as Unsupported.
+func TestRelayPingsThroughDialer(t *testing.T) {
+	lc, ld, err := mem.Pair(nil)
+	require.NoError(t, err)
+	c, err := stack.New(nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	d, err := stack.New(nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close() })
+	idc, err := c.AddNIC(lc, nil)
+	require.NoError(t, err)
+	idd, err := d.AddNIC(ld, nil)
+	require.NoError(t, err)
+	for _, a := range []struct {
+		s  *stack.Stack
+		id tcpip.NICID
+		p  string
+	}{{c, idc, "203.0.113.1/24"}, {c, idc, "fd00:203::1/64"}, {d, idd, "203.0.113.5/24"}, {d, idd, "fd00:203::5/64"}} {
+		require.NoError(t, a.s.AddAddress(a.id, netip.MustParsePrefix(a.p)))
+	}
+	e := newEnv(t, Relay(farNet{c}, nil), nil)
+	require.NoError(t, e.fw.OpenPing(), "the dialer's echo sockets carry pings")
+	for _, dst := range []netip.Addr{netip.MustParseAddr("203.0.113.5"), netip.MustParseAddr("fd00:203::5")} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := e.A.Ping(ctx, dst, []byte("through the tunnel"))
+		cancel()
+		require.NoError(t, err, "ping %v relayed through the dialer's network", dst)
+	}
+	require.Eventually(t, func() bool { s := e.fw.Stats(); return s.PingsUp == 2 && s.PingsDown == 2 }, 10*time.Second, time.Millisecond)
+
+	type dialOnly struct{ proxy.ContextDialer }
+	e2 := newEnv(t, Relay(dialOnly{farNet{c}}, nil), nil)
+	require.Error(t, e2.fw.OpenPing(), "no host sockets and no echo sockets: no pings")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err = e2.A.Ping(ctx, netip.MustParseAddr("203.0.113.5"), nil)
+	cancel()
+	require.Error(t, err)
+	require.Eventually(t, func() bool { return e2.fw.Stats().Refused[Unsupported] > 0 }, 10*time.Second, time.Millisecond)
 }

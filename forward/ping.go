@@ -34,13 +34,17 @@ const maxPingMaps = 1024
 type pingRelay struct {
 	r *relay
 
-	mu     sync.Mutex
-	f      *Forwarder        // the one the relay serves, set on first use
-	conns  [2]net.PacketConn // ICMPv4, ICMPv6; opened on first use
-	dgram  [2]bool           // conns[fam] is a datagram socket
-	failed [2]error          // why the host refused both sockets, or closed
-	byPeer map[pingKey]*pingMap
-	byHost [2]map[uint16]*pingMap
+	mu    sync.Mutex
+	f     *Forwarder        // the one the relay serves, set on first use
+	conns [2]net.PacketConn // ICMPv4, ICMPv6; opened on first use
+	dgram [2]bool           // conns[fam] is a datagram socket
+	// ipPeers: conns[fam] is the dialer's (PingListener), which takes
+	// its peers as *net.IPAddr, where a host's datagram socket takes
+	// *net.UDPAddr.
+	ipPeers [2]bool
+	failed  [2]error // why the host refused both sockets, or closed
+	byPeer  map[pingKey]*pingMap
+	byHost  [2]map[uint16]*pingMap
 	// bySeq maps a datagram socket's sequence numbers to the request
 	// they stand for (at most 65536 per family: a number is reused when
 	// the counter wraps); nextSeq is the last one given.
@@ -110,7 +114,10 @@ func (e *pingRelay) send(req *PingRequest) {
 		seq := e.nextSeq[fam]
 		e.bySeq[fam][seq] = pingSeq{m: m, seq: binary.BigEndian.Uint16(out[6:8])}
 		binary.BigEndian.PutUint16(out[6:8], seq)
-		dst = &net.UDPAddr{IP: req.dst.AsSlice()}
+		if !e.ipPeers[fam] {
+			// Package net makes a host's ICMP datagram socket a UDP conn.
+			dst = &net.UDPAddr{IP: req.dst.AsSlice()}
+		}
 	}
 	e.mu.Unlock()
 
@@ -141,7 +148,19 @@ func (e *pingRelay) connLocked(f *Forwarder, fam int) (conn net.PacketConn, dgra
 	if !f.begin() {
 		return nil, false
 	}
-	conn, dgram, err := listenPing(f.ctx, e.r.host, fam == 1)
+	var err error
+	if e.r.pinger != nil {
+		network := "ip4:icmp"
+		if fam == 1 {
+			network = "ip6:ipv6-icmp"
+		}
+		// The dialer's echo sockets behave as datagram ones, their peers
+		// *net.IPAddr.
+		conn, err = e.r.pinger.ListenPing(f.ctx, network)
+		dgram, e.ipPeers[fam] = true, true
+	} else {
+		conn, dgram, err = listenPing(f.ctx, e.r.host, fam == 1)
+	}
 	if err != nil {
 		f.wg.Done()
 		e.failed[fam] = err
@@ -302,8 +321,8 @@ func (f *Forwarder) OpenPing() error {
 		}
 		return nil
 	}
-	if r.host == nil {
-		return fmt.Errorf("forward: pings are not relayed: the relay's dialer (%T) makes no host sockets; only a *net.Dialer's carry ICMP", r.d)
+	if r.host == nil && r.pinger == nil {
+		return fmt.Errorf("forward: pings are not relayed: the relay's dialer (%T) makes no host sockets and has no echo sockets of its own (PingListener)", r.d)
 	}
 	e := &r.ping
 	e.mu.Lock()

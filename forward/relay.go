@@ -33,7 +33,8 @@ type PacketListener interface {
 // when d is a *net.Dialer, through d's packet sockets when it has them
 // (PacketListener), and is refused (Unsupported) otherwise; ICMP echo
 // goes to the host's ICMP sockets when d is a *net.Dialer (and the
-// process may open them: Forwarder.OpenPing says). Every host socket
+// process may open them: Forwarder.OpenPing says), to d's echo sockets
+// when it has them (PingListener), and is refused otherwise. Every host socket
 // Relay opens, for TCP, UDP, pings and DNS over TCP alike, is opened as d
 // opens its own: with d's Control (or ControlContext) and bound to the
 // address of d's LocalAddr, so that marks (SO_MARK) and bindings
@@ -46,17 +47,19 @@ func Relay(d proxy.ContextDialer, p *Policy) Handler {
 	}
 	if r.host, _ = d.(*net.Dialer); r.host == nil {
 		r.pl = packetListener(d)
+		r.pinger, _ = d.(PingListener)
 	}
 	r.ping.init(r)
 	return r
 }
 
 type relay struct {
-	d    proxy.ContextDialer
-	pol  Policy
-	host *net.Dialer    // d, when it makes host sockets
-	pl   PacketListener // d's packet sockets, if it has them and no host ones
-	ping pingRelay
+	d      proxy.ContextDialer
+	pol    Policy
+	host   *net.Dialer    // d, when it makes host sockets
+	pl     PacketListener // d's packet sockets, if it has them and no host ones
+	pinger PingListener   // d's echo sockets, if it has them and no host ones
+	ping   pingRelay
 }
 
 var _ PingHandler = (*relay)(nil)
@@ -322,7 +325,7 @@ func (r *relay) HandlePing(req *PingRequest) {
 		f.refuse(reason)
 		return
 	}
-	if r.host == nil {
+	if r.host == nil && r.pinger == nil {
 		f.refuse(Unsupported)
 		return
 	}
