@@ -39,7 +39,9 @@ import (
 //	wgclient -stack wgnet|netstack -key PRIV -peer PUB -endpoint IP:PORT
 //	         -addr IP -server IP:PORT -test download|upload|rr -n N
 //	    run one test (N bytes, or N round trips of one byte) and print
-//	    one line of JSON: wgClientResult.
+//	    one line of JSON: wgClientResult. -stack host has no tunnel of
+//	    its own (no -key, -peer, -endpoint, -addr): it runs inside a
+//	    ustack tun -wg sandbox, whose network is one.
 
 // wgClientResult is what one client test measured: its bytes or round
 // trips, the wall time, and this process's CPU time (user and system,
@@ -133,7 +135,7 @@ func b64hex(s string) (string, error) {
 func wgClientChild(args []string) (string, error) {
 	fs := flag.NewFlagSet("wgclient", flag.ContinueOnError)
 	var (
-		stackName = fs.String("stack", "wgnet", "wgnet or netstack")
+		stackName = fs.String("stack", "wgnet", "wgnet or netstack; host: no tunnel, this process's own network (a ustack tun -wg sandbox)")
 		key       = fs.String("key", "", "the client's private key (base64)")
 		peer      = fs.String("peer", "", "the peer's public key (base64)")
 		endpoint  = fs.String("endpoint", "", "the peer's endpoint IP:PORT")
@@ -146,21 +148,27 @@ func wgClientChild(args []string) (string, error) {
 	if err := fs.Parse(args); err != nil {
 		return "", err
 	}
-	priv, err := b64hex(*key)
-	if err != nil {
-		return "", err
-	}
-	pub, err := b64hex(*peer)
-	if err != nil {
-		return "", err
-	}
-	local, err := netip.ParseAddr(*addr)
-	if err != nil {
-		return "", err
+	var priv, pub string
+	var local netip.Addr
+	var err error
+	if *stackName != "host" {
+		if priv, err = b64hex(*key); err != nil {
+			return "", err
+		}
+		if pub, err = b64hex(*peer); err != nil {
+			return "", err
+		}
+		if local, err = netip.ParseAddr(*addr); err != nil {
+			return "", err
+		}
 	}
 	var tdev tun.Device
 	var dial func(ctx context.Context, network, address string) (net.Conn, error)
 	switch *stackName {
+	case "host":
+		// No tunnel of its own: this process's network is one already,
+		// such as a sandbox of ustack tun -wg.
+		dial = (&net.Dialer{}).DialContext
 	case "wgnet":
 		d, tn, err := wgnet.CreateNetTUN([]netip.Addr{local}, nil, *mtu)
 		if err != nil {
@@ -174,15 +182,17 @@ func wgClientChild(args []string) (string, error) {
 		}
 		tdev, dial = d, tn.DialContext
 	default:
-		return "", fmt.Errorf("-stack %q: wgnet or netstack", *stackName)
+		return "", fmt.Errorf("-stack %q: wgnet, netstack or host", *stackName)
 	}
-	dev := device.NewDevice(tdev, conn.NewStdNetBind(), &device.Logger{Verbosef: device.DiscardLogf, Errorf: device.DiscardLogf})
-	defer dev.Close()
-	if err := dev.IpcSet(fmt.Sprintf("private_key=%s\npublic_key=%s\nendpoint=%s\nallowed_ip=0.0.0.0/0\n", priv, pub, *endpoint)); err != nil {
-		return "", err
-	}
-	if err := dev.Up(); err != nil {
-		return "", err
+	if tdev != nil {
+		dev := device.NewDevice(tdev, conn.NewStdNetBind(), &device.Logger{Verbosef: device.DiscardLogf, Errorf: device.DiscardLogf})
+		defer dev.Close()
+		if err := dev.IpcSet(fmt.Sprintf("private_key=%s\npublic_key=%s\nendpoint=%s\nallowed_ip=0.0.0.0/0\n", priv, pub, *endpoint)); err != nil {
+			return "", err
+		}
+		if err := dev.Up(); err != nil {
+			return "", err
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -14,6 +14,7 @@ import (
 	"github.com/ustack-dev/ustack/link/tun"
 	"github.com/ustack-dev/ustack/poll"
 	"github.com/ustack-dev/ustack/sched"
+	"golang.org/x/net/proxy"
 )
 
 // Defaults of Config. The IPv4 addresses are in 198.18.0.0/15, the range
@@ -200,6 +201,20 @@ type Config struct {
 	// PortForwards carry host connections into the sandbox.
 	PortForwards []PortForward
 
+	// Dialer, if not nil, is what every flow of the sandbox is relayed
+	// through instead of host sockets: a tunnel's userspace network, such
+	// as a WireGuard client's (wgnet.Net.Dialer; ustack tun -wg), so that the
+	// sandbox's only network is the tunnel. UDP goes through it where it
+	// has packet sockets (forward.PacketListener),
+	// pings where it has echo sockets (forward.PingListener), DNS queries
+	// to DNS4 and DNS6 to DNSUpstream through it; what it cannot carry is
+	// refused and counted (Unsupported). The policy applies as with host
+	// sockets. DNSUpstream should be a resolver it reaches (the host's
+	// is the default). Interface, Mark, the outbound addresses and
+	// AllowHostLoopback, which are about host sockets, are refused with
+	// it. It is the caller's, used while the sandbox serves; it is not
+	// carried across processes (a relay process builds its own).
+	Dialer proxy.ContextDialer `json:"-"`
 	// Proxy, if not empty, is the URL of a proxy that every TCP flow of
 	// the sandbox goes through instead of a host socket (package
 	// forward/upstream): socks5://[user:pass@]HOST:PORT, or
@@ -416,6 +431,16 @@ func (c Config) normalize() (Config, error) {
 	}
 	if c.Proxy != "" && (c.OutboundAddr4.IsValid() || c.OutboundAddr6.IsValid()) {
 		errs = append(errs, errors.New("sandbox: outbound addresses bind the relay's host sockets, and with a proxy it opens none of its own: leave OutboundAddr4 and OutboundAddr6 unset, or the proxy"))
+	}
+	if c.Dialer != nil {
+		switch {
+		case c.Proxy != "":
+			errs = append(errs, errors.New("sandbox: a Dialer and a Proxy: flows go through one or the other; give one"))
+		case c.Interface != "" || c.Mark != 0 || c.OutboundAddr4.IsValid() || c.OutboundAddr6.IsValid():
+			errs = append(errs, errors.New("sandbox: Interface, Mark and the outbound addresses are the relay's host sockets', and with a Dialer it opens none of its own: set them on the Dialer's sockets, or leave them unset"))
+		case c.AllowHostLoopback:
+			errs = append(errs, errors.New("sandbox: AllowHostLoopback with a Dialer: the host's loopback is not reached through it; leave AllowHostLoopback off"))
+		}
 	}
 	if c.Proxy != "" {
 		if _, err := parseProxy(c.Proxy, nil); err != nil {

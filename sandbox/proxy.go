@@ -64,10 +64,13 @@ var (
 	_ forward.PacketListener = (*proxyUDPDirect)(nil)
 )
 
-// dialer is what the relay dials flows with: host sockets, or the proxy
-// of c.Proxy, the sockets bound to c.Interface and marked with c.Mark
+// dialer is what the relay dials flows with: c.Dialer, host sockets, or
+// the proxy of c.Proxy, the sockets bound to c.Interface and marked with c.Mark
 // either way, and TCP's bound to the outbound addresses.
 func dialer(c *Config) (proxy.ContextDialer, error) {
+	if c.Dialer != nil {
+		return c.Dialer, nil
+	}
 	host := &net.Dialer{Timeout: c.ConnectTimeout, Control: chainControls(socketControl(c.Interface, c.Mark), outboundControl(c.OutboundAddr4, c.OutboundAddr6))}
 	if c.Proxy == "" {
 		return host, nil

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -148,6 +149,23 @@ func TestDialer(t *testing.T) {
 	require.NoError(t, err)
 	_, carries = d.(forward.PacketListener)
 	require.True(t, carries, "ProxyUDPDirect carries UDP on host sockets")
+
+	// A Dialer is the relay's, as given, and what binds host sockets is
+	// refused with it.
+	own := &net.Dialer{Timeout: 42 * time.Second}
+	d, err = dialer(&Config{Dialer: own})
+	require.NoError(t, err)
+	require.Same(t, own, d)
+	for _, bad := range []Config{
+		{Dialer: own, Proxy: "socks5://127.0.0.1:1080"},
+		{Dialer: own, Interface: "lo"},
+		{Dialer: own, Mark: 7},
+		{Dialer: own, OutboundAddr4: netip.MustParseAddr("192.0.2.1")},
+		{Dialer: own, AllowHostLoopback: true},
+	} {
+		require.ErrorContains(t, bad.Check(), "Dialer", "%+v", bad)
+	}
+	require.NoError(t, Config{Dialer: own}.Check())
 }
 
 // TestAddresses: what a sandbox owns and what its relay maps, for

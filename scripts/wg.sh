@@ -24,6 +24,12 @@
 #    tun/netstack behind it), downloads and uploads SIZE MiB from a server
 #    behind the peer and makes RR round trips of one byte; CPU per GB of
 #    the client (getrusage) and of the peer's wireguard-go.
+# 3. Sandbox: `ustack tun -wg` serves a namespace whose only way out is a
+#    tunnel to the same peer (confined, as it runs by default); the same
+#    client program inside it (-stack host: no tunnel of its own)
+#    downloads SIZE MiB from the same server, against the wgnet client of
+#    part 2; CPU per GB of ustack's processes and of the client in the
+#    sandbox together.
 #
 # Needs root, go, iperf3, jq, wg (wireguard-tools), nft (nftables), ip
 # (iproute2). It builds ustack, wireguard-go (from the module go.mod
@@ -32,24 +38,25 @@
 # removed on exit. No traffic leaves the namespaces it creates.
 #
 # Env: REPS [3], SIZE [256] MiB per transfer, RR [2000] round trips,
-#      USTACK_FLAGS [""] extra `ustack wg` flags, PARTS ["exit client"]
-#      which of the two to run, KEEP=1 keeps the work directory.
+#      USTACK_FLAGS [""] extra `ustack wg` flags, PARTS ["exit client tunwg"]
+#      which of the three to run (tunwg's ratio needs client's download),
+#      KEEP=1 keeps the work directory.
 set -u
 export LC_ALL=C
-REPS=${REPS:-3} SIZE=${SIZE:-256} RR=${RR:-2000} USTACK_FLAGS=${USTACK_FLAGS:-} PARTS=${PARTS:-"exit client"}
+REPS=${REPS:-3} SIZE=${SIZE:-256} RR=${RR:-2000} USTACK_FLAGS=${USTACK_FLAGS:-} PARTS=${PARTS:-"exit client tunwg"}
 [ "$(id -u)" = 0 ] || { echo "wg.sh: must run as root (network namespaces, TUN devices)" >&2; exit 1; }
 for t in go iperf3 jq wg nft ip; do
     command -v "$t" >/dev/null || { echo "wg.sh: missing $t (apt-get install golang iperf3 jq wireguard-tools nftables iproute2)" >&2; exit 1; }
 done
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d -t wg.XXXXXX)
-P=wgb-peer-$$ U=wgb-uexit-$$ K=wgb-kexit-$$ S=wgb-srv-$$
+P=wgb-peer-$$ U=wgb-uexit-$$ K=wgb-kexit-$$ S=wgb-srv-$$ T=wgb-sandbox-$$
 PIDS=()
 cleanup() {
     local p ns
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-    for ns in $P $U $K $S; do ip netns del "$ns" 2>/dev/null; done
+    for ns in $P $U $K $S $T; do ip netns del "$ns" 2>/dev/null; done
     [ -n "${KEEP:-}" ] && echo "wg.sh: kept $WORK" >&2 || rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -88,8 +95,8 @@ EOF
 
 key() { wg genkey; }
 pub() { echo "$1" | wg pubkey; }
-PK=$(key) UK=$(key) KK=$(key) CK=$(key)
-PPUB=$(pub "$PK") UPUB=$(pub "$UK") KPUB=$(pub "$KK") CPUB=$(pub "$CK")
+PK=$(key) UK=$(key) KK=$(key) CK=$(key) TK=$(key)
+PPUB=$(pub "$PK") UPUB=$(pub "$UK") KPUB=$(pub "$KK") CPUB=$(pub "$CK") TPUB=$(pub "$TK")
 PORT=20061 PPORT=20062
 
 # wireguard-go on a kernel TUN: NS IF PRIVATE PORT ADDR
@@ -106,6 +113,7 @@ wggo $P wgp "$PK" $PPORT 198.19.100.2/24
 PEERWG=${PIDS[-1]}
 nsx $P ip route add default dev wgp
 nsx $P wg set wgp peer "$CPUB" allowed-ips 198.19.100.3/32
+nsx $P wg set wgp peer "$TPUB" allowed-ips 198.19.100.4/32
 wggo $K wgk "$KK" $PORT 198.19.100.1/24
 KEXITWG=${PIDS[-1]}
 nsx $K wg set wgk peer "$PPUB" allowed-ips 198.19.100.2/32
@@ -127,6 +135,29 @@ PIDS+=($!)
 USTACK=${PIDS[-1]}
 for i in $(seq 100); do grep -q "pings" "$WORK/ustack.log" 2>/dev/null && break; sleep 0.1; done
 grep -q "pings" "$WORK/ustack.log" || die "ustack wg did not start: $(cat "$WORK/ustack.log")"
+
+# The sandbox T, served by ustack tun -wg from U (where its WireGuard
+# socket lives): a client of the peer at 198.19.100.4.
+cat >"$WORK/tunwg.conf" <<EOF
+[Interface]
+PrivateKey = $TK
+Address = 198.19.100.4/32
+
+[Peer]
+PublicKey = $PPUB
+Endpoint = 198.18.50.2:$PPORT
+AllowedIPs = 0.0.0.0/0
+EOF
+chmod 600 "$WORK/tunwg.conf"
+TCMD="ustack tun -wg tunwg.conf -dns-upstream off -netns /run/netns/T"
+if [[ " $PARTS " == *" tunwg "* ]]; then
+    ip netns add $T || die "namespace $T"
+    ip netns exec $U "$WORK/ustack" tun -wg "$WORK/tunwg.conf" -dns-upstream off -netns "/run/netns/$T" 2>"$WORK/tunwg.log" &
+    PIDS+=($!)
+    TUNWG=${PIDS[-1]}
+    for i in $(seq 100); do grep -q "serving" "$WORK/tunwg.log" 2>/dev/null && break; sleep 0.1; done
+    grep -q "serving" "$WORK/tunwg.log" || die "ustack tun -wg did not start: $(cat "$WORK/tunwg.log")"
+fi
 
 ip netns exec $S iperf3 -s -B $SERVER -p 5201 >"$WORK/iperf3.log" 2>&1 &
 PIDS+=($!)
@@ -189,7 +220,19 @@ client_run() {
     fi
 }
 
-echo "wg.sh: $REPS rounds of: exit ustack, exit kernel, then each client test with wgnet and netstack" >&2
+# tunwg_run: the client in the sandbox downloads SIZE MiB; prints
+# Mbit/s, s/GB of ustack's processes and the client together, peer s/GB
+tunwg_run() {
+    local n=$((SIZE << 20)) t0 t1 p0 p1 out
+    t0=$(ticks "$TUNWG") p0=$(ticks "$PEERWG")
+    out=$(env $CHILD=wgclient ip netns exec $T "$TESTBIN" -stack host -server 198.19.100.2:5300 -test download -n $n) ||
+        die "the client in the ustack tun -wg sandbox failed"
+    t1=$(ticks "$TUNWG") p1=$(ticks "$PEERWG")
+    echo "$out" | jq -r '"\(.bytes * 8 / .seconds / 1e6 | floor) \(.cpu_seconds)"' |
+        awk -v t=$((t1 - t0)) -v hz="$HZ" -v b="$n" -v p="$(perGB $((p1 - p0)) "$n")" '{ printf "%s %.2f %s\n", $1, (t / hz + $2) / (b / 1e9), p }'
+}
+
+echo "wg.sh: $REPS rounds of: exit ustack, exit kernel, each client test with wgnet and netstack, ustack tun -wg" >&2
 for r in $(seq "$REPS"); do
     if [[ " $PARTS " == *" exit "* ]]; then
         for e in ustack kernel; do exit_run $e >>"$WORK/exit.$e"; done
@@ -199,9 +242,12 @@ for r in $(seq "$REPS"); do
             for s in wgnet netstack; do client_run $s $t >>"$WORK/client.$s.$t"; done
         done
     fi
+    if [[ " $PARTS " == *" tunwg "* ]]; then
+        tunwg_run >>"$WORK/tunwg"
+    fi
     echo "wg.sh: round $r done" >&2
 done
-for f in exit.ustack exit.kernel client.{wgnet,netstack}.{download,upload,rr}; do
+for f in exit.ustack exit.kernel client.{wgnet,netstack}.{download,upload,rr} tunwg; do
     [ -e "$WORK/$f" ] || echo "- - - -" >"$WORK/$f" # a part not run
 done
 
@@ -230,7 +276,8 @@ for t in download upload rr; do
     esac
     echo "| $m | $w | $n | $(ratio "$w" "$n") | $tgt |"
 done
-echo "| \`ustack tun -wg\` download / wgnet client download | not measured: ustack tun -wg is not built yet | | | >= 0.9x |"
+tw=$(median "$WORK/tunwg" 1) w=$(median "$WORK/client.wgnet.download" 1)
+echo "| \`ustack tun -wg\` download / wgnet client download, Mbit/s | $tw | $w | $(ratio "$tw" "$w") | >= 0.9x |"
 cat <<EOF
 
 CPU seconds per GB moved (medians; processes only: the kernel exit's forwarding and NAT, in softirq, are not counted)
@@ -245,6 +292,7 @@ for t in download upload; do
         echo "| $s client $t | $(median "$WORK/client.$s.$t" 2) | $(median "$WORK/client.$s.$t" 3) |"
     done
 done
+echo "| ustack tun -wg download (its processes and the client in the sandbox) | $(median "$WORK/tunwg" 2) | $(median "$WORK/tunwg" 3) |"
 cat <<EOF
 
 Commands (in namespaces of their own; SIZE=$SIZE RR=$RR REPS=$REPS):
@@ -253,4 +301,6 @@ Commands (in namespaces of their own; SIZE=$SIZE RR=$RR REPS=$REPS):
            peer: ip netns exec PEER iperf3 -c $SERVER -R -n ${SIZE}M -J
   client:  $CHILD=wgclient integration.test -stack wgnet|netstack -test download|upload|rr -n N
            (server: $CHILD=wgserver integration.test 198.19.100.2:5300 behind the peer)
+  tunwg:   ip netns exec UEXIT $TCMD
+           ip netns exec T $CHILD=wgclient integration.test -stack host -test download -n N
 EOF

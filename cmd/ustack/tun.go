@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.zx2c4.com/wireguard/device"
+
 	"github.com/ustack-dev/ustack/forward"
 	"github.com/ustack-dev/ustack/metrics"
 	"github.com/ustack-dev/ustack/poll"
@@ -82,6 +84,11 @@ type sandboxRun struct {
 	pidFile string
 	// quiet leaves out the line saying what is served.
 	quiet bool
+	// wg, if not nil, is the WireGuard tunnel the sandbox's flows leave
+	// through (-wg).
+	wg *sandboxWG
+	// warnings are said at start: what is allowed but unwise.
+	warnings []string
 }
 
 func tunMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -107,7 +114,8 @@ func parseTun(args []string, stderr io.Writer) (r sandboxRun, status int, ok boo
 		pid        = fs.Int("pid", 0, "serve the network namespace of this process, as slirp4netns does")
 		host       = fs.Bool("host", false, "serve the device in this process's own network namespace, as tun2socks does: no namespace is made and no route changed (route through the device yourself, and keep the relay's sockets out of it with -interface or -fwmark); without root the device must exist, be yours and be used as it is (-no-configure)")
 		iface      = fs.String("interface", "", "bind every host socket the relay opens (TCP, UDP, ICMP, DNS, the proxy's) to this interface (SO_BINDTODEVICE)")
-		fwmark     = fs.Uint("fwmark", 0, "mark every host socket the relay opens with this firewall mark (SO_MARK; root), for a routing rule that keeps them off a route through the device")
+		fwmark     = fs.Uint("fwmark", 0, "mark every host socket the relay opens with this firewall mark (SO_MARK; root), for a routing rule that keeps them off a route through the device; with -wg, wireguard-go's (its FwMark)")
+		wgFile     = fs.String("wg", "", "send every flow of the sandbox through a WireGuard tunnel instead of host sockets: a configuration file in wg-quick's format whose peer is the exit (AllowedIPs 0.0.0.0/0, ::/0), served by wireguard-go in ustack with no TUN device and no root; DNS queries go through it to the file's DNS server (or -dns-upstream); the sandbox reaches nothing else, the host's loopback included")
 		readyFD    = fs.Int("ready-fd", -1, "write \"1\" to this descriptor and close it once the sandbox's network is up (slirp4netns's --ready-fd)")
 		exitFD     = fs.Int("exit-fd", -1, "exit (stopping CMD with SIGTERM) once this descriptor is readable or closed (slirp4netns's --exit-fd)")
 		confine    = fs.Bool("seccomp", true, "once serving (and CMD started), confine ustack: a seccomp allow-list (a denied system call fails with EPERM: no execve, no fork, no raw sockets), no_new_privs, capabilities dropped")
@@ -271,6 +279,15 @@ Flags:
 	d.UserNS, d.UsernsMap = *userns, *usernsMap
 	d.MaxFlows, d.MaxTCP, d.MaxUDP, d.MaxHalfOpen, d.TCPBuffer, d.MemoryBudget = *maxFlows, *maxTCP, *maxUDP, *maxHalf, *tcpBuf, *budget
 	d.UDPIdleTimeout, d.ConnectTimeout = *udpIdle, *connTO
+	if *wgFile != "" {
+		var warning string
+		if r.wg, warning, err = parseTunWG(*wgFile, d, func(name string) bool { return setFlag(fs, name) }); err != nil {
+			return usage("%v", err)
+		}
+		if warning != "" {
+			r.warnings = append(r.warnings, warning)
+		}
+	}
 	if err := d.Check(); err != nil {
 		return usage("%v", err)
 	}
@@ -312,6 +329,12 @@ func (r *sandboxRun) run(stdin io.Reader, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
+	for _, w := range r.warnings {
+		fmt.Fprintf(stderr, "%s: %s\n", r.name, w)
+	}
+	if r.wg != nil && !r.quiet {
+		fmt.Fprintf(stderr, "%s: %s\n", r.name, r.wg.Note)
+	}
 	var sv server
 	var err error
 	if r.confine {
@@ -517,7 +540,8 @@ type inProcess struct {
 	r      *sandboxRun
 	sb     *sandbox.Sandbox
 	stderr io.Writer
-	undo   []func() // in reverse order at stop
+	wg     *device.Device // -wg's; nil without
+	undo   []func()       // in reverse order at stop
 }
 
 func (r *sandboxRun) startInProcess(stderr io.Writer) (sv server, err error) {
@@ -540,6 +564,14 @@ func (r *sandboxRun) startInProcess(stderr io.Writer) (sv server, err error) {
 		}
 		p.undo = append(p.undo, func() { f.Close() })
 		cfg.Capture = f
+	}
+	if r.wg != nil {
+		dev, err := r.wg.open(&cfg, r.name, stderr)
+		if err != nil {
+			return nil, err
+		}
+		p.wg = dev
+		p.undo = append(p.undo, dev.Close) // after the sandbox, whose flows it carries
 	}
 	sb, err := sandbox.New(&cfg)
 	if err != nil {
@@ -579,6 +611,7 @@ func (p *inProcess) stop() {
 		}
 		if p.r.stats {
 			writeTunStats(p.stderr, p.r.name, p.sb.Stats())
+			writeWGPeers(p.stderr, p.r.name, p.wg)
 		}
 		p.sb = nil
 	}

@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"syscall"
 
+	"golang.zx2c4.com/wireguard/device"
+
 	"github.com/ustack-dev/ustack/metrics"
 	"github.com/ustack-dev/ustack/sandbox"
 )
@@ -30,6 +32,8 @@ type sandboxRelaySpec struct {
 	// with status 0, once the namespace is gone.
 	Watch     bool
 	WatchName string
+	// WG is the tunnel the flows leave through (-wg), nil for none.
+	WG *sandboxWG
 }
 
 // confined is a sandbox served by a relay process for this one.
@@ -58,7 +62,7 @@ func (r *sandboxRun) startConfined(stderr io.Writer) (server, error) {
 	spec := sandboxRelaySpec{
 		Name: r.name, Config: ns.Config(), Device: dev,
 		API: r.apiSocket, Metrics: r.metrics, Pcap: r.pcap, Stats: r.stats, Procs: r.procs,
-		Profiles: [2]string{r.cpuProfile, r.traceFile},
+		Profiles: [2]string{r.cpuProfile, r.traceFile}, WG: r.wg,
 	}
 	spec.Device.FDs = nil
 	if !r.procsSet && os.Getenv("GOMAXPROCS") != "" {
@@ -166,6 +170,16 @@ func sandboxRelay(js []byte, fds []int, ready func(func() error) error, stop <-c
 		defer f.Close()
 		cfg.Capture = f
 	}
+	var wg *device.Device
+	if spec.WG != nil {
+		if wg, err = spec.WG.open(&cfg, spec.Name, os.Stderr); err != nil {
+			for _, fd := range spec.Device.FDs {
+				syscall.Close(fd)
+			}
+			return err
+		}
+		defer wg.Close() // after the sandbox, whose flows it carries
+	}
 	sb, err := sandbox.Serve(&cfg, spec.Device) // the queues' files are the sandbox's now
 	if err != nil {
 		return err
@@ -176,6 +190,7 @@ func sandboxRelay(js []byte, fds []int, ready func(func() error) error, stop <-c
 		}
 		if spec.Stats {
 			writeTunStats(os.Stderr, spec.Name, sb.Stats())
+			writeWGPeers(os.Stderr, spec.Name, wg)
 		}
 	}()
 	for _, w := range sb.Warnings() {

@@ -180,20 +180,12 @@ Flags:
 		}
 	}
 
-	b, err := os.ReadFile(*config)
+	conf, warning, err := readWGConfig(*config)
 	if err != nil {
-		return usage("-config: %v", err)
+		return usage("-config %v", err)
 	}
-	if fi, err := os.Stat(*config); err == nil && fi.Mode().Perm()&0o077 != 0 {
-		// As wg-quick warns: the file holds the private key.
-		r.warnings = append(r.warnings, fmt.Sprintf("%s is accessible to other users (mode %04o), and it holds the private key: chmod 600 it", *config, fi.Mode().Perm()))
-	}
-	conf, err := wgconf.Parse(b)
-	if err != nil {
-		return usage("%s: %v", *config, err)
-	}
-	if err := checkWGConfig(conf); err != nil {
-		return usage("%s: %v", *config, err)
+	if warning != "" {
+		r.warnings = append(r.warnings, warning)
 	}
 	t := newWGTunnel(conf)
 	if *hostLoop && !*relay {
@@ -271,8 +263,38 @@ Flags:
 			s.DNSUpstream = sandbox.DNSUpstreams(ap)
 		}
 	}
-	// Peers' endpoint names are looked up here, with the host's resolver,
-	// once: the relay, isolated, has no /etc/resolv.conf.
+	if err := resolveWGEndpoints(conf); err != nil {
+		return usage("-config %s: %v", *config, err)
+	}
+	s.Config = conf.Marshal()
+	return r, 0, true
+}
+
+// readWGConfig reads and checks a WireGuard configuration file, for
+// ustack wg -config and ustack tun -wg; errors name the file. warning,
+// if not empty, says the file is readable by others, as wg-quick warns:
+// it holds the private key.
+func readWGConfig(path string) (conf *wgconf.Config, warning string, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", err
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		warning = fmt.Sprintf("%s is accessible to other users (mode %04o), and it holds the private key: chmod 600 it", path, fi.Mode().Perm())
+	}
+	if conf, err = wgconf.Parse(b); err == nil {
+		err = checkWGConfig(conf)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", path, err)
+	}
+	return conf, warning, nil
+}
+
+// resolveWGEndpoints looks up the peers' endpoint names with the host's
+// resolver, once, before anything starts: a relay, isolated, has no
+// /etc/resolv.conf.
+func resolveWGEndpoints(conf *wgconf.Config) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for i := range conf.Peers {
@@ -281,13 +303,15 @@ Flags:
 			continue
 		}
 		addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", p.Endpoint.Host)
-		if err != nil || len(addrs) == 0 {
-			return usage("%s: peer %d (public key %s): look up its Endpoint %s: %v", *config, i+1, p.PublicKey, p.Endpoint.Host, err)
+		if err == nil && len(addrs) == 0 {
+			err = errors.New("no address")
+		}
+		if err != nil {
+			return fmt.Errorf("peer %d (public key %s): look up its Endpoint %s: %w", i+1, p.PublicKey, p.Endpoint.Host, err)
 		}
 		p.Endpoint.Host = addrs[0].Unmap().String()
 	}
-	s.Config = conf.Marshal()
-	return r, 0, true
+	return nil
 }
 
 // checkWGConfig checks what ustack wg needs of a configuration file

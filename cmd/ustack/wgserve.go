@@ -62,33 +62,12 @@ func startWG(s *wgSpec, stderr io.Writer) (_ *wgServer, err error) {
 	if w.stopProfiles, err = startProfiles(s.Profiles[0], s.Profiles[1]); err != nil {
 		return nil, err
 	}
-	mtu := conf.Interface.MTU
-	if mtu == 0 {
-		mtu = defaultWGMTU
-	}
 	t := newWGTunnel(conf)
-	var dns []netip.Addr
-	if !s.Relay {
-		// A client resolves through the tunnel's DNS servers; an exit
-		// node's DNS addresses are its own service (Policy.DNS).
-		dns = conf.Interface.DNS
-	}
-	tdev, tnet, err := wgnet.CreateNetTUNWithOptions(t.addrs, dns, mtu, &wgnet.Options{Transparent: s.Relay})
-	if err != nil {
+	if w.dev, w.tnet, err = openWGDevice(conf, s.Relay, wgLogger(stderr, s.Name, s.Verbose)); err != nil {
 		return nil, err
 	}
-	w.tnet = tnet
-	w.dev = device.NewDevice(tdev, conn.NewDefaultBind(), wgLogger(stderr, s.Name, s.Verbose))
-	uapi, err := conf.UAPI(nil) // the supervisor resolved the endpoints' names
-	if err != nil {
-		return nil, err
-	}
-	if err := w.dev.IpcSet(uapi); err != nil {
-		return nil, fmt.Errorf("configure wireguard-go: %w", err)
-	}
-	if err := w.dev.Up(); err != nil {
-		return nil, fmt.Errorf("open the WireGuard UDP sockets on port %d: %w", conf.Interface.ListenPort, err)
-	}
+	mtu := wgMTU(conf)
+	tnet := w.tnet
 	var notes []string
 	port, _ := wgDeviceState(w.dev)
 	notes = append(notes, fmt.Sprintf("listening on UDP port %d for %d peers, tunnel address %s, MTU %d", port, len(conf.Peers), joinStrings(conf.Interface.Addresses), mtu))
@@ -166,6 +145,48 @@ func startWG(s *wgSpec, stderr io.Writer) (_ *wgServer, err error) {
 	return w, nil
 }
 
+// openWGDevice starts wireguard-go on conf, whose endpoint names must be
+// resolved already: its UDP sockets (ListenPort), and a wgnet stack with
+// the [Interface] addresses behind it, transparent for an exit node
+// (exit), else resolving names through the [Interface] DNS servers. The
+// caller closes the device, which closes the stack.
+func openWGDevice(conf *wgconf.Config, exit bool, log *device.Logger) (*device.Device, *wgnet.Net, error) {
+	var dns []netip.Addr
+	if !exit {
+		// A client resolves through the tunnel's DNS servers; an exit
+		// node's DNS addresses are its own service (Policy.DNS).
+		dns = conf.Interface.DNS
+	}
+	tdev, tnet, err := wgnet.CreateNetTUNWithOptions(newWGTunnel(conf).addrs, dns, wgMTU(conf), &wgnet.Options{Transparent: exit})
+	if err != nil {
+		return nil, nil, err
+	}
+	dev := device.NewDevice(tdev, conn.NewDefaultBind(), log)
+	fail := func(err error) (*device.Device, *wgnet.Net, error) {
+		dev.Close()
+		return nil, nil, err
+	}
+	uapi, err := conf.UAPI(nil)
+	if err != nil {
+		return fail(err)
+	}
+	if err := dev.IpcSet(uapi); err != nil {
+		return fail(fmt.Errorf("configure wireguard-go: %w", err))
+	}
+	if err := dev.Up(); err != nil {
+		return fail(fmt.Errorf("open the WireGuard UDP sockets on port %d: %w", conf.Interface.ListenPort, err))
+	}
+	return dev, tnet, nil
+}
+
+// wgMTU is the tunnel's MTU: the file's, or wireguard-go's default.
+func wgMTU(conf *wgconf.Config) int {
+	if conf.Interface.MTU != 0 {
+		return conf.Interface.MTU
+	}
+	return defaultWGMTU
+}
+
 // confine opens the ping relay's sockets, then confines this process
 // (sandbox.ConfineProcess): wireguard-go's sockets are open by now, and
 // what it does on them (sendmmsg, recvmmsg, UDP GSO and GRO in control
@@ -237,13 +258,21 @@ func (w *wgServer) writeStats() {
 	if w.http != nil {
 		fmt.Fprintf(w.stderr, "%s: http proxy connections %d (failed %d)\n", name, w.http.conns.Load(), w.http.failed.Load())
 	}
-	_, peers := wgDeviceState(w.dev)
+	writeWGPeers(w.stderr, name, w.dev)
+}
+
+// writeWGPeers prints each peer's counters (none for a nil device).
+func writeWGPeers(stderr io.Writer, name string, dev *device.Device) {
+	if dev == nil {
+		return
+	}
+	_, peers := wgDeviceState(dev)
 	for _, p := range peers {
 		hs := "never"
 		if !p.handshake.IsZero() {
 			hs = time.Since(p.handshake).Round(time.Second).String() + " ago"
 		}
-		fmt.Fprintf(w.stderr, "%s: peer %s: endpoint %s, bytes received %d sent %d, last handshake %s\n", name, p.key, p.endpoint, p.rx, p.tx, hs)
+		fmt.Fprintf(stderr, "%s: peer %s: endpoint %s, bytes received %d sent %d, last handshake %s\n", name, p.key, p.endpoint, p.rx, p.tx, hs)
 	}
 }
 
