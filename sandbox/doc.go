@@ -61,6 +61,24 @@
 // Config.ProxyUDPDirect, relayed to host sockets, and DNS queries go to
 // the upstream resolver over TCP through the proxy.
 //
+// With Config.Dialer the relay dials through the caller's own network
+// instead of host sockets, such as a WireGuard tunnel's
+// (wgnet.Net.Dialer): the sandbox's only way out is then the tunnel, and
+// UDP and pings go through it where the dialer has packet and echo
+// sockets (forward.PacketListener, forward.PingListener). With
+// Config.Host no namespace is made: the device is served in this
+// process's own namespace, as tun2socks does, and Interface and Mark keep
+// the relay's host sockets off a route through it.
+//
+// New does it all in one process. A supervisor that serves from a
+// process of its own splits it: OpenNamespace makes or joins the
+// namespace and its device, Namespace.TakeDevice hands the device's
+// queues over (to another process, as descriptors), and Serve serves them
+// there; Isolate gives that process an empty root and Sandbox.Confine (or
+// ConfineProcess, for a process that serves something else) confines it
+// once its sockets are open. PortForwarder carries host connections to
+// any dialer, for servers that are not a sandbox.
+//
 // Policy is secure by default: the host's loopback is unreachable without
 // AllowHostLoopback, link-local, multicast and unspecified destinations
 // are refused unless an Allow prefix covers them, Deny prefixes always

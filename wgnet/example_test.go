@@ -9,13 +9,17 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"os/exec"
 	"sync"
 	"time"
 
+	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/conn/bindtest"
 	"golang.zx2c4.com/wireguard/device"
 
 	"github.com/ustack-dev/ustack/forward"
+	"github.com/ustack-dev/ustack/sandbox"
 	"github.com/ustack-dev/ustack/wgnet"
 )
 
@@ -190,4 +194,44 @@ func (s *loopbackServices) Close() error {
 	s.udp.Close()
 	s.done.Wait()
 	return nil
+}
+
+// A sandbox whose only network is a WireGuard tunnel, as ustack tun -wg
+// runs it: the relay dials every flow of the sandboxed command through
+// the tunnel's Dialer (TCP, UDP and pings), and its DNS queries go
+// through the tunnel to the VPN's resolver. The device is configured as
+// any wireguard-go device is: here with a peer that is the exit for
+// every address. (Not run: a sandbox needs a namespace, and a real peer.)
+func ExampleNet_Dialer() {
+	sandbox.Init() // first thing in main: the sandbox's helper process
+	tunDev, tnet, err := wgnet.CreateNetTUN([]netip.Addr{netip.MustParseAddr("10.64.0.2")}, nil, 1420)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	dev := device.NewDevice(tunDev, conn.NewDefaultBind(), device.NewLogger(device.LogLevelError, "wg: "))
+	defer dev.Close() // after the sandbox: it carries the sandbox's flows
+	if err := dev.IpcSet("private_key=...\npublic_key=...\nendpoint=203.0.113.1:51820\nallowed_ip=0.0.0.0/0\nallowed_ip=::/0\n"); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := dev.Up(); err != nil {
+		fmt.Println(err)
+		return
+	}
+	sb, err := sandbox.New(&sandbox.Config{
+		Dialer:      tnet.Dialer(),
+		DNSUpstream: netip.MustParseAddrPort("10.64.0.1:53"), // the VPN's resolver, through the tunnel
+		ResolvConf:  true,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sb.Close()
+	cmd := exec.Command("curl", "-sS", "http://10.64.0.1/")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := sb.Run(cmd, nil); err != nil {
+		fmt.Println(err)
+	}
 }
