@@ -14,11 +14,11 @@ import (
 // TestDeviceGone: the error matches the sentinel and its cause, and its
 // message names the device, the cause and what to do.
 func TestDeviceGone(t *testing.T) {
-	cause := os.NewSyscallError("read", syscall.EBADFD)
+	cause := os.NewSyscallError("read", syscall.EIO)
 	err := DeviceGone("tun tun0", cause)
 	require.ErrorIs(t, err, link.ErrDeviceGone)
-	require.ErrorIs(t, err, syscall.EBADFD)
+	require.ErrorIs(t, err, syscall.EIO)
 	var se *os.SyscallError
 	require.True(t, errors.As(err, &se))
-	require.Equal(t, "tun tun0: the device is gone (read: "+syscall.EBADFD.Error()+"): close the endpoint, and open it again once the device exists", err.Error())
+	require.Equal(t, "tun tun0: the device is gone (read: "+syscall.EIO.Error()+"): close the endpoint, and open it again once the device exists", err.Error())
 }
