@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/ustack-dev/ustack/internal/xfer"
 	"io"
 	"net"
 	"net/netip"
@@ -28,6 +27,7 @@ import (
 
 	"github.com/ustack-dev/ustack/internal/netns"
 	"github.com/ustack-dev/ustack/internal/netns/netnstest"
+	"github.com/ustack-dev/ustack/internal/xfer"
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/afpacket"
 	"github.com/ustack-dev/ustack/sched"

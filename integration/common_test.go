@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -155,4 +156,23 @@ func reachable(tb testing.TB, s *stack.Stack, payload string, dsts ...netip.Addr
 			}
 		}
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a process's output and a test's
+// reads at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -398,7 +398,7 @@ func TestFrontEndLifecycle(t *testing.T) {
 			defer ready.Close()
 			c := e.cmd("slirp4netns", "-c", "--enable-sandbox", "--enable-seccomp", "-r", "3", strconv.Itoa(pid), "tap0")
 			c.ExtraFiles = []*os.File{readyW}
-			var stderr strings.Builder
+			var stderr syncBuffer
 			c.Stderr = &stderr
 			require.NoError(t, c.Start())
 			readyW.Close()

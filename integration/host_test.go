@@ -3,7 +3,6 @@
 package integration
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"net/netip"
@@ -74,7 +73,7 @@ func TestTunHostMode(t *testing.T) {
 			require.NoError(t, w.Do(func() error { hs = startHostServices(t, server); return nil }))
 
 			relay := exec.Command("ip", append([]string{"netns", "exec", h.Name, bin, "tun", "-host", "-device", "tun9", "-no-ipv6", "-stats"}, tc.flags...)...)
-			var stderr bytes.Buffer
+			var stderr syncBuffer
 			relay.Stderr = &stderr
 			stdin, err := relay.StdinPipe()
 			require.NoError(t, err)

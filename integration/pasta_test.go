@@ -214,7 +214,7 @@ func TestPastaRootlessKitForeground(t *testing.T) {
 	c := e.cmd("pasta", "--foreground", "--stderr", "--ns-ifname=tap0", "--mtu=65520", "--no-dhcp", "--no-ra",
 		"--address=10.0.2.100", "--netmask=24", "--gateway=10.0.2.2", "--dns-forward=10.0.2.3", "--no-map-gw", "--ipv4-only",
 		"--tcp-ports=none", "--udp-ports=none", strconv.Itoa(pid))
-	var stderr strings.Builder
+	var stderr syncBuffer
 	c.Stderr = &stderr
 	require.NoError(t, c.Start())
 	waited := make(chan error, 1)

@@ -54,7 +54,7 @@ busybox cat >/dev/null`, onHost, n, www)
 			require.NoError(t, err)
 			stdout, err := c.StdoutPipe()
 			require.NoError(t, err)
-			var stderr strings.Builder
+			var stderr syncBuffer
 			c.Stderr = &stderr
 			require.NoError(t, c.Start())
 			defer func() {

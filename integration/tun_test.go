@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ustack-dev/ustack/internal/xfer"
 	"io"
 	"net"
 	"net/netip"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/ustack-dev/ustack/internal/netns"
 	"github.com/ustack-dev/ustack/internal/netns/netnstest"
+	"github.com/ustack-dev/ustack/internal/xfer"
 	"github.com/ustack-dev/ustack/link"
 	"github.com/ustack-dev/ustack/link/tun"
 	"github.com/ustack-dev/ustack/sched"

@@ -21,7 +21,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -78,25 +77,6 @@ func wgKeys(tb testing.TB) (private, public string) {
 	k, err := ecdh.X25519().GenerateKey(rand.Reader)
 	require.NoError(tb, err)
 	return base64.StdEncoding.EncodeToString(k.Bytes()), base64.StdEncoding.EncodeToString(k.PublicKey().Bytes())
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's output and a test's
-// reads at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // wgPeer is the real peer: the wireguard-go program on a kernel TUN
