@@ -9,7 +9,7 @@
 # Usage: scripts/results.sh [-n] NAME...   (or: all; -l lists the blocks)
 #   -n  print the new blocks instead of writing docs/results.md
 # Blocks marked (root) need root, and the peers a few Debian packages
-# (iperf3 jq sockperf slirp4netns passt); a block that cannot run is
+# (iperf3 jq sockperf slirp4netns passt; rootless and wg name theirs); a block that cannot run is
 # refused before anything is measured. A failing command fails the script
 # and leaves the file as it was.
 set -euo pipefail
@@ -36,7 +36,9 @@ add busypoll-veth yes "go run ./cmd/ustack bench -link veth -test tcp_rr,udp_rr 
 add cache no "go run ./cmd/ustack bench -test tcp_rr,udp_stream -cache off,on -count 3
 go run ./cmd/ustack bench -test tcp_rr -senders 1000 -qdisc none,llist -cache off,on -count 5"
 add cache-veth yes "go run ./cmd/ustack bench -link veth -test tcp_rr,udp_stream -cache off,on -count 3"
-ORDER="quickstart qdisc devices sandbox pollcost busypoll busypoll-veth cache cache-veth"
+add rootless yes "scripts/rootless.sh"
+add wg yes "scripts/wg.sh"
+ORDER="quickstart qdisc devices sandbox pollcost busypoll busypoll-veth cache cache-veth rootless wg"
 
 dry=
 case ${1:-} in
