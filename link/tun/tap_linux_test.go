@@ -336,15 +336,23 @@ func TestTapEthernetTransparent(t *testing.T) {
 	require.Equal(t, e.CacheStats(), w2.CacheStats())
 	require.Equal(t, e.OffloadStats(), w2.OffloadStats())
 	w2.SetCoalescing(false)
-	require.True(t, e.queues[0].gro.ThinnedACKs() == 0 && e.queues[0].gro.Enabled(), "off from the next round")
-	e.queues[0].gro.Begin(r)
-	require.False(t, e.queues[0].gro.Enabled(), "coalescing turned off through the wrapper")
-	e.queues[0].gro.Flush()
 	require.NoError(t, w2.Err())
 	e.failGone(unix.EBADFD)
 	require.ErrorIs(t, w2.Err(), link.ErrDeviceGone)
 	w2.Attach(nil)
 	require.False(t, e.IsAttached(), "detaching the wrapper detaches the Endpoint")
+	// The queue's GRO belongs to its receive loop, which runs until
+	// Close: only then may this goroutine begin a round on it.
+	e.Close()
+	g := &e.queues[0].gro
+	require.Zero(t, g.ThinnedACKs())
+	g.Begin(r)
+	require.False(t, g.Enabled(), "coalescing turned off through the wrapper")
+	g.Flush()
+	g.SetCoalescing(true)
+	g.Begin(r)
+	require.True(t, g.Enabled(), "the queue coalesces when not told otherwise")
+	g.Flush()
 }
 
 // implements reports whether v implements I.
