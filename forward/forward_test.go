@@ -176,11 +176,10 @@ func TestTCPRequestBeforeHandshake(t *testing.T) {
 }
 
 // TestReject checks both kinds of refusal: with a reset the peer's
-// connect fails at once with ECONNREFUSED (an in-memory round trip, far
-// inside its 5 s bound, which only keeps a missing reset, that would
-// leave the connect retrying for minutes, from costing more than that);
-// without, the SYN is dropped and the connect waits until it gives up
-// (its context ends).
+// connect fails at once with ECONNREFUSED (one in-memory round trip; the
+// 5 s bound only stops a missing reset, which would leave the connect
+// retrying for minutes, from taking longer); without, the SYN is dropped
+// and the connect waits until it gives up (its context ends).
 func TestReject(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
